@@ -1,0 +1,142 @@
+"""Invariants of an SWA radix tree, its pools and its running requests, checkable while busy.
+
+Upstream's ``SWARadixCache.sanity_check`` is valid only when idle (it asserts no locks). These
+checks hold at every point between scheduler steps and are what the island tests assert:
+
+- counters: ``full/swa_{evictable,protected}_size_`` equal what a walk of the tree recomputes;
+- structure: no tombstone leaf; no tombstone inside a running request's SWA-lock range;
+- mapping: tombstone nodes map to SWA slot 0, live nodes to a slot > 0;
+- no double free: each sub-allocator's free list holds unique pages; no live full->SWA mapping
+  shares a slot; no slot is both free and referenced by the tree or a running request; the SWA
+  slots in use are exactly the live mapping entries (nothing leaked, nothing freed twice).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, List, Tuple
+
+import torch
+
+
+def tree_nodes(tree) -> List:
+    out, stack = [], [tree.root_node]
+    while stack:
+        n = stack.pop()
+        if n is not tree.root_node:
+            out.append(n)
+        stack.extend(n.children.values())
+    return out
+
+
+def recomputed_counters(tree) -> Tuple[int, int, int, int]:
+    fe = fp = se = sp = 0
+    for n in tree_nodes(tree):
+        k = len(n.value)
+        if n.full_lock_ref > 0:
+            fp += k
+        else:
+            fe += k
+        if not n.swa_tombstone:
+            if n.swa_lock_ref > 0:
+                sp += k
+            else:
+                se += k
+    return fe, fp, se, sp
+
+
+def swa_lock_range(tree, req) -> List:
+    """Nodes whose SWA lock belongs to ``req`` (``inc_lock_ref``'s walk), [] if released."""
+    if req.last_node is None or req.swa_prefix_lock_released:
+        return []
+    out, node = [], req.last_node
+    while node is not tree.root_node:
+        out.append(node)
+        if req.swa_uuid_for_lock is not None and node.swa_uuid == req.swa_uuid_for_lock:
+            break
+        node = node.parent
+    return out
+
+
+def _free_list(sub) -> torch.Tensor:
+    return torch.cat([sub.free_pages, sub.release_pages])
+
+
+def _pages(idx: torch.Tensor, page: int) -> torch.Tensor:
+    return torch.unique(idx // page) if page > 1 else idx
+
+
+def check_invariants(stack, running: Iterable = ()) -> None:
+    tree, alloc = stack.tree, stack.allocator
+    page = alloc.page_size
+    mapping = alloc.full_to_swa_index_mapping
+    nodes = tree_nodes(tree)
+
+    counters = (
+        tree.full_evictable_size_,
+        tree.full_protected_size_,
+        tree.swa_evictable_size_,
+        tree.swa_protected_size_,
+    )
+    assert counters == recomputed_counters(tree), (counters, recomputed_counters(tree))
+
+    for n in nodes:
+        assert n.children or not n.swa_tombstone, f"tombstone leaf {n.id}"
+        assert n.full_lock_ref >= n.swa_lock_ref >= 0, f"lock refs of {n.id}"
+        m = mapping[n.value]
+        if n.swa_tombstone:
+            assert n.swa_lock_ref == 0, f"locked tombstone {n.id}"
+            assert bool((m == 0).all()), f"tombstone {n.id} still maps SWA slots"
+        else:
+            assert bool((m > 0).all()), f"live node {n.id} maps freed SWA slots"
+
+    running = [r for r in running if r.req_pool_idx is not None]
+    for r in running:
+        for n in swa_lock_range(tree, r):
+            assert not n.swa_tombstone, f"{r.rid}: tombstone {n.id} inside its SWA lock"
+
+    # Full pool: free list unique, disjoint from what the tree and running requests reference.
+    full_free = _free_list(alloc.full_attn_allocator)
+    assert full_free.numel() == torch.unique(full_free).numel(), "full page freed twice"
+    referenced = [n.value for n in nodes]
+    for r in running:
+        referenced.append(
+            stack.req_to_token_pool.req_to_token[r.req_pool_idx, : r.kv_allocated_len].to(
+                torch.int64
+            )
+        )
+    if referenced:
+        ref = torch.cat(referenced)
+        ref_pages = _pages(ref, page)
+        assert not bool(torch.isin(ref_pages, full_free).any()), "referenced full page is free"
+
+    # SWA pool: free list unique; live mapping entries unique and exactly the slots in use.
+    swa_free = _free_list(alloc.swa_attn_allocator)
+    assert swa_free.numel() == torch.unique(swa_free).numel(), "SWA page freed twice"
+    live = mapping[:-1][mapping[:-1] > 0]
+    assert live.numel() == torch.unique(live).numel(), "two full slots map one SWA slot"
+    used = alloc.size_swa - alloc.swa_available_size()
+    live_pages = _pages(live, page)
+    assert live_pages.numel() * page == used, (
+        f"SWA in use {used} tokens != {live_pages.numel()} live mapped pages x {page}"
+    )
+    assert not bool(torch.isin(live_pages, swa_free).any()), "live SWA slot is free"
+
+
+def req_private_swa(stack, req) -> int:
+    """Live SWA slots of ``req`` past its tree-owned prefix (request-owned hold)."""
+    if req.req_pool_idx is None:
+        return 0
+    lo, hi = req.cache_protected_len, req.kv_allocated_len
+    if hi <= lo:
+        return 0
+    locs = stack.req_to_token_pool.req_to_token[req.req_pool_idx, lo:hi].to(torch.int64)
+    return int((stack.allocator.full_to_swa_index_mapping[locs] > 0).sum())
+
+
+def req_locked_swa(stack, req) -> int:
+    return sum(len(n.value) for n in swa_lock_range(stack.tree, req) if not n.swa_tombstone)
+
+
+def req_hold(stack, req) -> int:
+    """SWA slots ``req`` keeps: its SWA-locked tree nodes plus its live request-owned slots."""
+    return req_locked_swa(stack, req) + req_private_swa(stack, req)

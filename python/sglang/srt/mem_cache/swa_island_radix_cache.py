@@ -1,0 +1,252 @@
+"""SWA islands: a radix cache for hybrid sliding-window models that does not pin dead SWA KV.
+
+Vocabulary (tokens are positions in one request's sequence, 0-based):
+
+- ``window_left``: ``SWARadixCache.sliding_window_size``. In this release it is the model's window
+  minus one: the query at position ``i`` attends to SWA keys ``[i - window_left, i]``.
+- ``w``: the model's sliding window, ``window_left + 1`` tokens (1024 for Gemma 4).
+- ``p``: page size in tokens.
+- ``L``: committed length: tokens whose KV is written (or enqueued) for the request.
+- **frontier** ``t``: a page-aligned position below which no future token of the request reads
+  SWA KV. ``t = floor_p(L - (w + p))``, clamped at 0 (:func:`swa_tombstone_frontier`).
+- **tombstone**: a tree node whose SWA slots are freed (``swa_tombstone=True``) but whose
+  full-attention KV stays, so prefix matching still walks through it.
+- **island**: the live (non-tombstone) run of tree nodes ending at a committed length, at least
+  ``w`` tokens long, so that a later request may end its prefix match there.
+- **hold**: SWA slots a running request keeps allocated: its SWA-locked tree nodes plus its live
+  request-owned slots past ``cache_protected_len``.
+
+At every chunk commit (``cache_unfinished_req``) this cache, unlike ``SWARadixCache``:
+
+1. frees, eagerly, the request-owned SWA slots in ``[max(cache_protected_len,
+   swa_evicted_seqlen), t)``;
+2. inserts the committed key with ``swa_evicted_seqlen = t``, so ``[.., t)`` enters the tree as a
+   tombstone and ``[t, floor_p(L))`` as the live island, split at ``t`` into its own node;
+3. after the request's lock has moved to the island, tombstones the tree-owned nodes below ``t``
+   on the request's path that no running request SWA-locks (``swa_lock_ref == 0``).
+
+The request's SWA lock then covers only the island: its hold after a commit is at most
+``w + p`` tokens plus the chunk in flight, instead of a whole chunk (``cp``).
+
+Invariants kept (checked by ``islands_harness.invariants`` in tests):
+
+- every node inside a request's SWA-lock range is live; leaves are never tombstones;
+- a prefix match never ends where the preceding ``window_left`` tokens are not live
+  (``SWARadixCache._match_prefix_helper``'s rule; islands are ``>= w`` tokens long);
+- full-pool KV is never freed by the island path; SWA slots are freed only through
+  ``free_swa``, whose mapping read-then-zero makes a second free of the same slot a no-op; one
+  island free call never contains a duplicate slot (``unique`` for ``p == 1``; ``free_swa`` expands
+  to unique pages for ``p > 1``).
+
+Ordering with the overlap scheduler (why freeing at commit is safe):
+
+- Middle-chunk commits run in ``Scheduler.get_next_batch_to_run`` (``stash_chunked_request``)
+  after ``_apply_war_barrier`` and before ``run_batch``; chunk ``k`` may still be in flight and
+  reads SWA KV of ``[L_{k-1} - window_left, L_k)``, which overlaps ``[.., t_k)``. On CUDA the WAR
+  barrier makes the schedule stream (where ``free_swa`` zeroes the full->SWA mapping) wait for
+  chunk ``k``'s forward; on CPU the forward has completed when ``run_batch`` returns; without
+  overlap nothing is in flight. Elsewhere (ROCm/NPU without ``SGLANG_ENABLE_WAR_BARRIER``) the
+  frontier of a middle-chunk commit is taken from the chunk's start, ``L_{k-1}``, which the
+  in-flight chunk no longer reads (:func:`commit_frees_are_stream_ordered`).
+- The final-chunk commit runs in the result phase while the next batch is in flight. That batch
+  reads only ``[L - window_left, ..)`` of this request, and ``t <= L - w - p``. A freed slot is
+  re-used only by a later ``alloc*`` on the schedule stream, consumed by a forward that runs after
+  the in-flight one on the forward stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, List, Optional
+
+import torch
+
+from sglang.srt.mem_cache.base_prefix_cache import InsertParams, InsertResult
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache, TreeNode
+
+if TYPE_CHECKING:
+    from sglang.srt.managers.schedule_batch import Req
+
+logger = logging.getLogger(__name__)
+
+
+def swa_tombstone_frontier(committed_len: int, window: int, page_size: int) -> int:
+    """Page-aligned position below which no future token reads SWA KV.
+
+    ``t = floor_p(L - (w + p))``, clamped at 0, where ``L`` is the committed length, ``w`` the
+    model's sliding window in tokens (``window_left + 1``) and ``p`` the page size. At least
+    ``w + p`` committed tokens stay live: the next token (position ``L``) reads
+    ``[L - w + 1, L]``, and the page-aligned tree key ``floor_p(L)`` keeps ``>= w`` live tokens
+    after the frontier, so the island is a valid match end and a valid SWA-lock range.
+
+    Example: w=1024, p=64, L=16384 -> t = floor_64(15296) = 15296 (1088 tokens live).
+    Example: w=32, p=1, L=300 -> t = 267.
+    """
+    if committed_len < 0 or window <= 0 or page_size <= 0:
+        raise ValueError(f"{committed_len=}, {window=}, {page_size=}")
+    live = window + page_size
+    if committed_len <= live:
+        return 0
+    return (committed_len - live) // page_size * page_size
+
+
+def commit_frees_are_stream_ordered(device: torch.device, overlap: bool) -> bool:
+    """Whether a middle-chunk commit runs after the in-flight chunk's forward stopped reading.
+
+    True without the overlap scheduler, on CPU (the forward completes inside ``run_batch``), and
+    where the scheduler's WAR barrier is on (CUDA, or ``SGLANG_ENABLE_WAR_BARRIER=1``), mirroring
+    ``Scheduler._war_barrier_enabled``.
+    """
+    if not overlap or device.type == "cpu":
+        return True
+    from sglang.srt.environ import envs
+    from sglang.srt.utils import is_cuda
+
+    return bool(is_cuda() or envs.SGLANG_ENABLE_WAR_BARRIER.get())
+
+
+@dataclasses.dataclass
+class IslandStats:
+    """Monotonic counters of the island path (tokens are SWA slots)."""
+
+    chunk_islands: int = 0
+    decode_islands: int = 0
+    swa_tokens_freed_eagerly: int = 0
+
+
+class SWAIslandRadixCache(SWARadixCache):
+    """``SWARadixCache`` that tombstones SWA KV below the frontier at every commit.
+
+    Selected only where the default factory would build exactly ``SWARadixCache`` and
+    ``--enable-swa-islands`` is on (``mem_cache/registry.py``).
+    """
+
+    def __init__(self, params: CacheInitParams):
+        super().__init__(params)
+        # Model window in tokens (see module docstring: window_left + 1).
+        self.window = self.sliding_window_size + 1
+        self.stats = IslandStats()
+        self._pending_frontier: Optional[int] = None
+        self._overlap = _overlap_enabled()
+        self._stream_ordered = commit_frees_are_stream_ordered(
+            torch.device(self.device), self._overlap
+        )
+
+    # ---- chunk commit -------------------------------------------------------------------------
+
+    def chunk_frontier(self, req: Req, chunked: bool) -> int:
+        """Frontier for a commit of ``req``; 0 means no island (upstream behaviour).
+
+        ``chunked=True`` is a middle-chunk commit that may race the chunk in flight when frees are
+        not stream-ordered: then the frontier is taken from that chunk's start.
+        """
+        if req.swa_evict_floor > 0:
+            # Prefill-aware SWA models keep [0, swa_evict_floor) visible: leave them upstream's.
+            return 0
+        committed = req.extend_range.end
+        if chunked and not self._stream_ordered:
+            committed = len(req.prefix_indices)
+        return swa_tombstone_frontier(committed, self.window, self.page_size)
+
+    def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
+        if self.disable:
+            return super().cache_unfinished_req(req, chunked=chunked)
+        frontier = self.chunk_frontier(req, chunked)
+        if frontier == 0:
+            return super().cache_unfinished_req(req, chunked=chunked)
+        owned_from = max(req.cache_protected_len, req.swa_evicted_seqlen)
+
+        # Request-owned slots below the frontier, captured before the commit rewrites
+        # req_to_token with tree indices (insert may deduplicate them into existing nodes).
+        owned = self.req_to_token_pool.req_to_token[
+            req.req_pool_idx, owned_from : max(owned_from, frontier)
+        ].to(torch.int64)
+
+        self._pending_frontier = frontier
+        try:
+            super().cache_unfinished_req(req, chunked=chunked)
+        finally:
+            self._pending_frontier = None
+
+        dead = self._tombstone_path_below(req.last_node, frontier)
+        self._free_swa_once([owned] + dead)
+        req.swa_evicted_seqlen = max(req.swa_evicted_seqlen, frontier)
+        self.stats.chunk_islands += 1
+
+    def insert(self, params: InsertParams) -> InsertResult:
+        frontier = self._pending_frontier
+        if frontier is None:
+            return super().insert(params)
+        params = dataclasses.replace(
+            params, swa_evicted_seqlen=max(params.swa_evicted_seqlen, frontier)
+        )
+        result = super().insert(params)
+        self._split_path_at(params.key, frontier)
+        return result
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _split_path_at(self, key, frontier: int) -> None:
+        """Split the live node of ``key``'s tree path that straddles ``frontier``.
+
+        Makes the island start at a node boundary, so the request's SWA lock (node-granular)
+        covers only ``[frontier, ..)`` and the part below can be tombstoned.
+        """
+        key, _ = key.maybe_to_bigram_view(self.is_eagle, None)
+        key = key.page_aligned(self.page_size)
+        node, pos = self.root_node, 0
+        while pos < frontier and pos < len(key):
+            child = node.children.get(key[pos:].child_key(self.page_size))
+            if child is None:
+                return
+            end = pos + len(child.key)
+            if end > frontier:
+                if not child.swa_tombstone:
+                    self._split_node(child.key, child, frontier - pos)
+                return
+            node, pos = child, end
+
+    def _tombstone_path_below(self, last_node: TreeNode, frontier: int) -> List[torch.Tensor]:
+        """Tombstone live, SWA-unlocked nodes of the path root..last_node that end at or before
+        ``frontier``. Returns their full-pool values, whose SWA slots the caller frees."""
+        path = []
+        node = last_node
+        while node is not None and node is not self.root_node:
+            path.append(node)
+            node = node.parent
+        dead, pos = [], 0
+        for node in reversed(path):
+            pos += len(node.value)
+            if pos > frontier:
+                break
+            if node.swa_tombstone or node.swa_lock_ref > 0:
+                continue
+            assert node.children, f"island path would tombstone a leaf, {node.id=}"
+            dead.append(node.value)
+            self.swa_lru_list.remove_node(node)
+            self._tombstone_internal_node(node)
+        return dead
+
+    def _free_swa_once(self, values: List[torch.Tensor]) -> None:
+        """Free the SWA slots of ``values`` in one ``free_swa`` call, each slot at most once."""
+        values = [v for v in values if v.numel() > 0]
+        if not values:
+            return
+        idx = torch.cat(values) if len(values) > 1 else values[0]
+        if self.page_size == 1:
+            idx = torch.unique(idx)  # free_swa does not deduplicate within one call at p == 1
+        allocator = self.token_to_kv_pool_allocator
+        before = allocator.swa_available_size()
+        allocator.free_swa(idx)
+        self.stats.swa_tokens_freed_eagerly += allocator.swa_available_size() - before
+
+
+def _overlap_enabled() -> bool:
+    try:
+        from sglang.srt.server_args import get_global_server_args
+
+        return not get_global_server_args().disable_overlap_schedule
+    except Exception:  # no global server args (unit construction): assume the worst case
+        return True
