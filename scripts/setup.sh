@@ -36,6 +36,11 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 
+# The pristine release wheel: base of patches/series and what we install. Downloaded once into
+# .cache/wheels/ and checked against its sha256 by scripts/patches.py; later runs need no network.
+WHEEL="$("$VENV/bin/python" scripts/patches.py fetch)" \
+  || die "could not get the pristine sglang==$SGLANG_VERSION wheel (see the message above)"
+
 pip_install() {  # pip_install WHAT... : installs, or names the package that failed
   "${PIP[@]}" install "$@" || die "pip could not install: $* (is the package registry reachable, and does the version exist?)"
 }
@@ -52,7 +57,7 @@ PYEOF
 
 if [ "$MODE" = gpu ]; then
   # Upstream's own pins: the wheel's metadata (torch, sgl-kernel, flashinfer, ...).
-  have sglang "$SGLANG_VERSION" || pip_install "sglang==$SGLANG_VERSION"
+  have sglang "$SGLANG_VERSION" || pip_install "$WHEEL"
   pip_install -r requirements-dev.lock --no-deps
 else
   # torch first, exactly pinned: on this machine kind pip takes the CPU build from local disk.
@@ -61,7 +66,7 @@ else
   "$VENV/bin/python" -c 'import torch, sys; sys.exit(0 if torch.version.cuda is None else 1)' \
     || die "torch in $VENV is a CUDA build; the CPU path needs the CPU build of torch==$TORCH_VERSION"
   # sglang pins torch==2.11.0 (a CUDA build from the registry): install the wheel without deps.
-  have sglang "$SGLANG_VERSION" || pip_install --no-deps "sglang==$SGLANG_VERSION"
+  have sglang "$SGLANG_VERSION" || pip_install --no-deps "$WHEEL"
   # Pure-Python (and CPU) dependencies that importing the server needs, exactly pinned.
   pip_install --no-deps -r requirements-cpu.lock
   pip_install --no-deps -r requirements-dev.lock

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Run the test suite in the project's virtual environment (made by scripts/setup.sh).
+#
+#   scripts/test.sh                 all tests: .venv/bin/python -m pytest test -q
+#   scripts/test.sh -k patches -x   extra arguments go to pytest
+#
+# Ends with pytest's summary line; exits non-zero on failures and when no test ran (pytest exit 5).
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${VENV:-$ROOT/.venv}/bin/python"
+[ -x "$PY" ] || { echo "test.sh: error: no $PY; run scripts/setup.sh first" >&2; exit 1; }
+
+out="$(mktemp)"
+trap 'rm -f "$out"' EXIT
+"$PY" -m pytest test -q "$@" 2>&1 | tee "$out"
+rc=${PIPESTATUS[0]}
+summary="$(grep -E '[0-9]+ (passed|failed|error|errors|skipped|deselected|xfailed|xpassed)|no tests ran' "$out" | tail -n 1)"
+echo "test.sh: ${summary:-no pytest summary line} (pytest exit $rc)"
+if [ "$rc" -eq 5 ]; then
+  echo "test.sh: error: no tests were collected" >&2
+  exit 1
+fi
+exit "$rc"

@@ -1,0 +1,329 @@
+"""scripts/patches.py: the patch series and the tool that maintains and applies it.
+
+Needs the pristine wheel in .cache/wheels/ (scripts/setup.sh puts it there; otherwise the first
+call downloads it) and, for the last tests, the patched engine in .venv (scripts/setup.sh)."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TOOL = REPO / "scripts" / "patches.py"
+PATCHES = REPO / "patches"
+TNB = "srt/layers/attention/torch_native_backend.py"
+FIX_0001 = "0001-torch-native-translate-swa-kv-reads.patch"
+
+_spec = importlib.util.spec_from_file_location("swa_patches_tool", TOOL)
+tool = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tool)
+
+
+def run(*args, check=None):
+    r = subprocess.run([sys.executable, str(TOOL), *map(str, args)], capture_output=True, text=True)
+    if check is not None:
+        assert (r.returncode == 0) == check, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def git(cwd, *args):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1",
+        GIT_AUTHOR_NAME="Test", GIT_AUTHOR_EMAIL="test@example.invalid",
+        GIT_COMMITTER_NAME="Test", GIT_COMMITTER_EMAIL="test@example.invalid",
+    )
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="session")
+def upstream():
+    return tool.Upstream(tool.fetch_wheel(tool.DEFAULT_CACHE))
+
+
+def tree_hash(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def copy_patches(dst: Path) -> Path:
+    shutil.copytree(PATCHES, dst, ignore=shutil.ignore_patterns("*.rej", "*.orig"))
+    return dst
+
+
+def corrupt(patch: Path) -> None:
+    """Change a context line of every hunk that has it, so that the hunks no longer match."""
+    text = patch.read_text()
+    bad = text.replace(
+        "\n             req_pool_idx = req_pool_indices[seq_idx]\n",
+        "\n             req_pool_idx = req_pool_indices[seq_idx + 1]\n",
+    )
+    assert bad != text
+    patch.write_text(bad)
+
+
+def minimal_site(tmp_path: Path, upstream) -> Path:
+    """A site-packages dir holding a pristine sglang reduced to what `apply` looks at."""
+    site = tmp_path / "site"
+    for rel in ("__init__.py", "_version.py", "version.py", TNB, "srt/mem_cache/common.py"):
+        dst = site / "sglang" / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(upstream.read(rel))
+    return site
+
+
+def make_overlay(tmp_path: Path) -> Path:
+    ov = tmp_path / "overlay"
+    (ov / "srt" / "mem_cache").mkdir(parents=True)
+    (ov / "srt" / "mem_cache" / "island_probe.py").write_text("ISLAND = 1\n")
+    (ov / "island_pkg").mkdir()
+    (ov / "island_pkg" / "__init__.py").write_text("")
+    (ov / "island_pkg" / "__pycache__").mkdir()
+    (ov / "island_pkg" / "__pycache__" / "junk.cpython-311.pyc").write_bytes(b"junk")
+    return ov
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_help_lists_every_subcommand():
+    out = run("--help", check=True).stdout
+    for sub in ("fetch", "check", "apply", "worktree", "refresh", "--patches-dir"):
+        assert sub in out
+    for sub in ("check", "apply", "worktree", "refresh"):
+        run(sub, "--help", check=True)
+
+
+def test_series_lists_the_translate_fix():
+    assert FIX_0001 in [p.name for p in tool.read_series(PATCHES)]
+
+
+def test_check_passes_on_real_series():
+    r = run("check", check=True)
+    assert f"ok  {FIX_0001}" in r.stdout
+    assert "apply cleanly" in r.stdout
+
+
+def test_check_fails_on_corrupted_patch(tmp_path):
+    pdir = copy_patches(tmp_path / "patches")
+    corrupt(pdir / FIX_0001)
+    r = run("--patches-dir", pdir, "check", check=False)
+    assert r.returncode == 1
+    assert f"patch {FIX_0001} does not apply" in r.stderr
+    assert "rejected hunks" in r.stderr and "@@ " in r.stderr  # the .rej content is shown
+    assert "seq_idx + 1" in r.stderr
+
+
+def test_check_rejects_patch_outside_upstream_layout(tmp_path):
+    pdir = tmp_path / "patches"
+    pdir.mkdir()
+    (pdir / "0001-x.patch").write_text(
+        "diff --git a/scripts/x.py b/scripts/x.py\n--- a/scripts/x.py\n+++ b/scripts/x.py\n"
+    )
+    (pdir / "series").write_text("# comment\n0001-x.patch\n")
+    r = run("--patches-dir", pdir, "check", check=False)
+    assert r.returncode == 1 and "only touch upstream files" in r.stderr
+
+
+def test_apply_is_idempotent_and_overlays_our_modules(tmp_path, upstream):
+    site = minimal_site(tmp_path, upstream)
+    ov = make_overlay(tmp_path)
+    args = ("--overlay-dir", ov, "apply", "--site-packages", site)
+    first = run(*args, check=True)
+    assert "1 patch(es)" in first.stdout and "2 overlay file(s)" in first.stdout
+    h1 = tree_hash(site)
+    second = run(*args, check=True)
+    assert "0 file(s) changed" in second.stdout
+    assert tree_hash(site) == h1
+
+    pkg = site / "sglang"
+    patched = (pkg / TNB).read_text()
+    assert patched != upstream.read(TNB).decode()
+    assert "translate_loc_from_full_to_swa(\n                    per_req_tokens" in patched
+    assert (pkg / "srt/mem_cache/island_probe.py").read_text() == "ISLAND = 1\n"
+    assert (pkg / "island_pkg/__init__.py").is_file()
+    assert not (pkg / "island_pkg/__pycache__").exists()
+    assert (pkg / "srt/mem_cache/common.py").read_bytes() == upstream.read("srt/mem_cache/common.py")
+    manifest = json.loads((pkg / tool.MANIFEST_NAME).read_text())
+    assert manifest["patches"] == [FIX_0001]
+    assert manifest["patched_files"] == [TNB]
+    assert manifest["overlay_files"] == ["island_pkg/__init__.py", "srt/mem_cache/island_probe.py"]
+    assert manifest["series_sha256"] == tool.series_sha256(tool.read_series(PATCHES))
+
+    # A module dropped from the overlay disappears from the package on the next apply.
+    shutil.rmtree(ov / "island_pkg")
+    run(*args, check=True)
+    assert not (pkg / "island_pkg").exists()
+    assert (pkg / "srt/mem_cache/island_probe.py").is_file()
+
+
+def test_apply_failure_leaves_touched_files_pristine(tmp_path, upstream):
+    site = minimal_site(tmp_path, upstream)
+    ov = make_overlay(tmp_path)
+    run("--overlay-dir", ov, "apply", "--site-packages", site, check=True)
+    pdir = copy_patches(tmp_path / "patches")
+    corrupt(pdir / FIX_0001)
+    r = run("--patches-dir", pdir, "--overlay-dir", ov, "apply", "--site-packages", site, check=False)
+    assert r.returncode == 1
+    assert f"patch {FIX_0001} does not apply" in r.stderr and "@@ " in r.stderr
+    pkg = site / "sglang"
+    assert (pkg / TNB).read_bytes() == upstream.read(TNB)
+    assert not (pkg / "srt/mem_cache/island_probe.py").exists()
+    assert not (pkg / tool.MANIFEST_NAME).exists()
+
+
+def test_apply_refuses_other_packages(tmp_path, upstream):
+    site = minimal_site(tmp_path, upstream)
+    (site / "sglang" / "_version.py").write_text("__version__ = '0.0.1'\n")
+    r = run("apply", "--site-packages", site, check=False)
+    assert r.returncode == 1 and "is not an installed sglang" in r.stderr
+
+
+def test_worktree_then_refresh_without_edits_is_byte_identical(tmp_path):
+    wt = tmp_path / "wt"
+    run("worktree", wt, check=True)
+    log = git(wt, "log", "--format=%s").stdout.splitlines()
+    assert log[-1] == "upstream 0.5.15.post1"
+    assert log[0] == "torch_native: translate SWA KV reads"
+    pdir = copy_patches(tmp_path / "patches")
+    run("--patches-dir", pdir, "refresh", wt, check=True)
+    assert sorted(p.name for p in pdir.iterdir()) == sorted(p.name for p in PATCHES.iterdir())
+    for p in PATCHES.iterdir():
+        assert (pdir / p.name).read_bytes() == p.read_bytes(), p.name
+
+
+def test_edit_amend_refresh_updates_the_patch(tmp_path):
+    wt = tmp_path / "wt"
+    run("worktree", wt, "--with", "python/sglang/srt/mem_cache/common.py", check=True)
+    src = wt / "python/sglang" / TNB
+    text = src.read_text()
+    old = "# req_to_token holds full-pool slot ids; translate them like the writes."
+    new = "# req_to_token holds full-pool slot ids (amended in a test)."
+    assert text.count(old) == 2
+    src.write_text(text.replace(old, new))
+    git(wt, "commit", "-q", "-a", "--amend", "--no-edit")
+    # ... and a second patch, as a new commit on another file.
+    common = wt / "python/sglang/srt/mem_cache/common.py"
+    common.write_text(common.read_text() + "\n# second patch\n")
+    git(wt, "commit", "-q", "-a", "-m", "mem_cache: Second_patch for the test")
+
+    pdir = copy_patches(tmp_path / "patches")
+    r = run("--patches-dir", pdir, "refresh", wt, check=True)
+    assert "apply cleanly" in r.stdout
+    second = "0002-mem-cache-second-patch-for-the-test.patch"
+    assert [p.name for p in tool.read_series(pdir)] == [FIX_0001, second]
+    patch = (pdir / FIX_0001).read_text()
+    assert patch != (PATCHES / FIX_0001).read_text()
+    assert patch.count("+                " + new) == 2 and old not in patch
+    assert "Subject: [PATCH] torch_native: translate SWA KV reads\n" in patch
+    assert "+# second patch" in (pdir / second).read_text()
+    # The refreshed series round-trips through a fresh worktree.
+    run("--patches-dir", pdir, "worktree", tmp_path / "wt2", check=True)
+    tree = lambda d: git(d, "rev-parse", "HEAD^{tree}").stdout
+    assert tree(tmp_path / "wt2") == tree(wt)
+
+
+def test_refresh_refuses_uncommitted_edits(tmp_path):
+    wt = tmp_path / "wt"
+    run("worktree", wt, check=True)
+    (wt / "python/sglang" / TNB).write_text("oops\n")
+    pdir = copy_patches(tmp_path / "patches")
+    r = run("--patches-dir", pdir, "refresh", wt, check=False)
+    assert r.returncode == 1 and "uncommitted changes" in r.stderr
+    assert (pdir / FIX_0001).read_bytes() == (PATCHES / FIX_0001).read_bytes()
+
+
+# --- patch 0001 itself: SWA layers of the torch_native backend read translated slots ----------
+
+_SWA_READ_PROBE = textwrap.dedent(
+    """
+    import importlib.util, sys
+    from types import SimpleNamespace as NS
+    import torch
+    from sglang.srt.layers.radix_attention import AttentionType
+    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+
+    if len(sys.argv) > 1:  # a given torch_native_backend.py (the pristine one)
+        spec = importlib.util.spec_from_file_location("tnb_under_test", sys.argv[1])
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    else:
+        import sglang.srt.layers.attention.torch_native_backend as mod
+
+    torch.manual_seed(0)
+    H, D, W, n = 2, 8, 3, 8
+    pool = SWAKVPool(size=64, size_swa=16, page_size=1, dtype=torch.float32, head_num=H,
+                     head_dim=D, swa_attention_layer_ids=[0], full_attention_layer_ids=[1],
+                     device="cpu")
+    mapping = torch.zeros(65, dtype=torch.int64)
+    mapping[-1] = -1
+    pool.register_mapping(mapping)
+    full = torch.arange(40, 40 + n + 1)  # full-pool slots: beyond the 16-slot SWA buffer
+    mapping[full] = torch.arange(1, n + 2)
+    req_to_token = torch.zeros(2, 32, dtype=torch.int64)
+    req_to_token[1, : n + 1] = full
+    be = mod.TorchNativeAttnBackend(
+        NS(device="cpu", req_to_token_pool=NS(req_to_token=req_to_token), token_to_kv_pool=pool)
+    )
+    q, k, v = (torch.randn(n + 1, H, D) for _ in range(3))
+
+    def layer(i):
+        return NS(layer_id=i, qk_head_dim=D, v_head_dim=D, tp_q_head_num=H, tp_k_head_num=H,
+                  is_cross_attention=False, attn_type=AttentionType.DECODER, scaling=D**-0.5,
+                  sliding_window_size=W if i == 0 else -1, k_scale=None, v_scale=None)
+
+    def ref(lid, t):  # token t attends to tokens max(0, t - W)..t (SWA) or 0..t (full)
+        s = torch.einsum("hd,khd->hk", q[t], k[: t + 1]) * D**-0.5
+        if lid == 0:
+            s[:, : max(t - W, 0)] = -float("inf")
+        return torch.einsum("hk,khd->hd", s.softmax(-1), v[: t + 1]).reshape(-1)
+
+    for lid in (0, 1):
+        fb = NS(out_cache_loc=full[:n], encoder_out_cache_loc=None, encoder_lens=None,
+                req_pool_indices=torch.tensor([1]), seq_lens=torch.tensor([n]),
+                extend_prefix_lens=torch.tensor([0]), extend_seq_lens=torch.tensor([n]))
+        be.init_forward_metadata(fb)
+        o = be.forward_extend(q[:n].reshape(n, -1), k[:n], v[:n], layer(lid), fb)
+        fb = NS(out_cache_loc=full[n:], encoder_out_cache_loc=None, encoder_lens=None,
+                req_pool_indices=torch.tensor([1]), seq_lens=torch.tensor([n + 1]))
+        be.init_forward_metadata(fb)
+        od = be.forward_decode(q[n:].reshape(1, -1), k[n:], v[n:], layer(lid), fb)
+        exp = torch.stack([ref(lid, t) for t in range(n)])
+        assert torch.allclose(o, exp, atol=1e-5), ("extend", lid)
+        assert torch.allclose(od[0], ref(lid, n), atol=1e-5), ("decode", lid)
+    print("SWA-READS-OK")
+    """
+)
+
+
+def _probe(*argv):
+    env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1")
+    return subprocess.run(
+        [sys.executable, "-c", _SWA_READ_PROBE, *argv], capture_output=True, text=True, env=env,
+        cwd=REPO / "test",
+    )
+
+
+def test_patched_torch_native_reads_swa_layers_through_the_mapping():
+    """The installed (patched) backend matches plain attention on SWA and full layers."""
+    r = _probe()
+    assert "SWA-READS-OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_pristine_torch_native_misreads_swa_layers(tmp_path, upstream):
+    """The probe above does catch the upstream bug."""
+    pristine = tmp_path / "torch_native_backend.py"
+    pristine.write_bytes(upstream.read(TNB))
+    r = _probe(str(pristine))
+    assert r.returncode != 0 and "IndexError" in r.stderr, r.stdout + r.stderr[-3000:]
