@@ -31,6 +31,7 @@ class MiniScheduler:
         max_running: int = 8,
         next_token: Optional[Callable[[object], int]] = None,
         on_event: Optional[Callable[[str, list], None]] = None,
+        accept_len: Optional[Callable[[object], int]] = None,
     ):
         from sglang.srt.managers.schedule_batch import ScheduleBatch
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -40,6 +41,8 @@ class MiniScheduler:
         self.max_running = max_running
         self.next_token = next_token or (lambda req: 5 + (len(req.output_ids) * 7) % 97)
         self.on_event = on_event or (lambda label, reqs: None)
+        self.accept_len = accept_len
+        self._accepted = {}
         self.waiting: List = []
         self.running_batch = ScheduleBatch(reqs=[], batch_is_full=False)
         self.chunked_req = None
@@ -162,8 +165,43 @@ class MiniScheduler:
             self.on_event("retract", retracted)
             if batch.is_empty():
                 return None
-        batch.prepare_for_decode()
+        if self.accept_len is None:
+            batch.prepare_for_decode()
+        else:
+            self._spec_prepare_for_decode(batch)
         return batch
+
+    def _spec_prepare_for_decode(self, batch) -> None:
+        """Speculative-decoding bookkeeping at page size 1: each request commits a variable
+        accept length per step (``eagle_prepare_for_decode`` runs the SWA evictor first, then the
+        worker writes KV for the accepted run; without over-allocation here)."""
+        import torch
+
+        from sglang.srt.mem_cache.common import alloc_token_slots
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+        assert self.s.cfg.page == 1, "speculative emulation supports page size 1"
+        batch.forward_mode = ForwardMode.DECODE
+        batch.maybe_evict_swa()
+        locs = []
+        for i, req in enumerate(batch.reqs):
+            a = max(1, int(self.accept_len(req)))
+            a = min(a, req.sampling_params.max_new_tokens - len(req.output_ids))
+            a = max(a, 1)
+            loc = alloc_token_slots(batch.tree_cache, a)
+            start = req.kv_allocated_len
+            self.s.req_to_token_pool.write(
+                (req.req_pool_idx, slice(start, start + a)), loc.to(torch.int32)
+            )
+            req.kv_committed_len += a
+            req.kv_allocated_len += a
+            req.decode_batch_idx += 1
+            batch.seq_lens[i] += a
+            batch.seq_lens_cpu[i] += a
+            self._accepted[req.rid] = a
+            locs.append(loc)
+        batch.out_cache_loc = torch.cat(locs)
+        batch.seq_lens_sum = None
 
     def step(self) -> Optional[str]:
         from sglang.srt.mem_cache.common import maybe_cache_unfinished_req
@@ -229,22 +267,23 @@ class MiniScheduler:
         for req in batch.reqs:
             if req.finished():
                 continue
-            req.output_ids.extend([self.next_token(req)])
-            req.update_finish_state(1)
+            accepted = self._accepted.pop(req.rid, 1)
+            req.output_ids.extend([self.next_token(req) for _ in range(accepted)])
+            req.update_finish_state(accepted)
             if req.finished():
                 release_kv_cache(req, self.tree, is_insert=True)
                 self.finished.append(req)
                 self.on_event("finish", [req])
             else:
-                self._after_decode_token(req, 1)
+                self._after_decode_token(req, accepted)
         allocator.free_group_end()
         self.on_event("decode", [r for r in batch.reqs if not r.finished()])
 
     def _after_decode_token(self, req, accept_len: int) -> None:
         """Hook the scheduler patch calls after a request's tokens are committed."""
-        hook = getattr(self.tree, "on_decode_progress", None)
-        if hook is not None:
-            hook(req, accept_len)
+        from sglang.srt.mem_cache.swa_island_radix_cache import on_decode_progress
+
+        on_decode_progress(self.tree, req, accept_len)
 
     # ---- failure paths ------------------------------------------------------------------------
 

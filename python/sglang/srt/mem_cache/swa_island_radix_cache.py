@@ -58,12 +58,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import torch
 
-from sglang.srt.mem_cache.base_prefix_cache import InsertParams, InsertResult
+from sglang.srt.mem_cache.base_prefix_cache import (
+    DecLockRefParams,
+    InsertParams,
+    InsertResult,
+    MatchPrefixParams,
+)
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache, TreeNode
 
 if TYPE_CHECKING:
@@ -90,6 +96,36 @@ def swa_tombstone_frontier(committed_len: int, window: int, page_size: int) -> i
     if committed_len <= live:
         return 0
     return (committed_len - live) // page_size * page_size
+
+
+DEFAULT_DECODE_ISLAND_INTERVAL = 2048
+"""Decode-island interval in tokens when chunked prefill is off (``cp/4`` of the common
+``--chunked-prefill-size 8192``)."""
+
+
+def decode_island_interval(chunked_prefill_size: Optional[int], override: Optional[int] = None) -> int:
+    """Committed decode tokens between two decode islands: ``cp/4``.
+
+    ``override`` (``--swa-islands-decode-interval``) wins; with chunked prefill off (``None`` or
+    ``<= 0``) the default is :data:`DEFAULT_DECODE_ISLAND_INTERVAL`. Never below 1.
+    Example: cp=16384 -> 4096; cp=512 -> 128.
+    """
+    if override is not None and override > 0:
+        return override
+    if chunked_prefill_size is None or chunked_prefill_size <= 0:
+        return DEFAULT_DECODE_ISLAND_INTERVAL
+    return max(1, chunked_prefill_size // 4)
+
+
+def decode_island_due(committed_len: int, last_island_len: int, interval: int) -> bool:
+    """Cadence trigger: fire once ``interval`` tokens were committed since the last island.
+
+    Counts accumulated progress (``committed_len - last_island_len``), never
+    ``committed_len % interval == 0``: speculative decoding advances by variable accept lengths
+    and a modulo trigger would almost never land. After firing, ``last_island_len`` becomes the
+    new island's end, so the same progress never fires twice.
+    """
+    return committed_len - last_island_len >= interval
 
 
 def commit_frees_are_stream_ordered(device: torch.device, overlap: bool) -> bool:
@@ -129,6 +165,9 @@ class SWAIslandRadixCache(SWARadixCache):
         self.window = self.sliding_window_size + 1
         self.stats = IslandStats()
         self._pending_frontier: Optional[int] = None
+        self.decode_interval = decode_island_interval(
+            params.chunked_prefill_size, _decode_interval_override()
+        )
         self._overlap = _overlap_enabled()
         self._stream_ordered = commit_frees_are_stream_ordered(
             torch.device(self.device), self._overlap
@@ -186,6 +225,112 @@ class SWAIslandRadixCache(SWARadixCache):
         self._split_path_at(params.key, frontier)
         return result
 
+    # ---- decode ------------------------------------------------------------------------------
+
+    def on_decode_progress(self, req: Req, accepted: int) -> None:
+        """Called once per decode step for each unfinished request after its tokens are committed
+        (``accepted`` tokens: 1 without speculative decoding, the accept length with it).
+
+        - Every :attr:`decode_interval` committed tokens, insert a decode island: the
+          prompt-plus-generation prefix enters the tree, SWA below the frontier is freed.
+        - Once the request's locked island has slid out of its window, release the island's SWA
+          lock but keep it live: it stays in the tree as the re-serve point and becomes evictable.
+        """
+        if req.req_pool_idx is None or req.swa_evict_floor > 0:
+            return
+        committed = req.kv_committed_len
+        if decode_island_due(committed, req.cache_protected_len, self.decode_interval):
+            self.insert_decode_island(req)
+        elif (
+            not req.swa_prefix_lock_released
+            and req.last_node is not None
+            and committed >= req.cache_protected_len + self.window + self.page_size
+        ):
+            self._release_island_swa_lock(req)
+
+    def insert_decode_island(self, req: Req) -> None:
+        """Insert ``(origin_input_ids + output_ids)[:kv_committed_len]`` as an island.
+
+        Tombstones start where the request's SWA is already freed; the island is the last
+        ``>= w + p`` committed tokens; the request's locks move to it and ``cache_protected_len``,
+        ``prefix_indices``, ``last_node`` and ``swa_evicted_seqlen`` follow, as after a chunk
+        commit. The prompt's last island is kept live (unlocked): it is the prompt's re-serve point.
+        """
+        committed = req.kv_committed_len
+        frontier = swa_tombstone_frontier(committed, self.window, self.page_size)
+        old_prefix_len = req.cache_protected_len
+        token_ids = (req.origin_input_ids + req.output_ids)[:committed]
+        radix_key = RadixKey(token_ids, req.extra_key, is_bigram=self.is_eagle).page_aligned(
+            self.page_size
+        )
+        island_start = max(frontier, req.swa_evicted_seqlen)
+        if len(radix_key) - island_start < self.window or len(radix_key) <= old_prefix_len:
+            # Not a valid island yet (too short after the evictor's frontier): retry next step.
+            return
+        row = self.req_to_token_pool.req_to_token[req.req_pool_idx]
+        owned_from = max(old_prefix_len, req.swa_evicted_seqlen)
+        owned = row[owned_from : max(owned_from, frontier)].to(torch.int64)
+        values = row[: len(radix_key)].to(dtype=torch.int64, copy=True)
+
+        self._pending_frontier = frontier
+        try:
+            self.insert(
+                InsertParams(
+                    key=radix_key,
+                    value=values,
+                    prev_prefix_len=old_prefix_len,
+                    swa_evicted_seqlen=req.swa_evicted_seqlen,
+                )
+            )
+        finally:
+            self._pending_frontier = None
+        match = self.match_prefix(MatchPrefixParams(key=radix_key))
+        new_indices, new_last_node = match.device_indices, match.last_device_node
+        assert old_prefix_len <= len(new_indices), f"{old_prefix_len=}, {len(new_indices)=}"
+        self.req_to_token_pool.write(
+            (req.req_pool_idx, slice(old_prefix_len, len(new_indices))),
+            new_indices[old_prefix_len:],
+        )
+        req.cache_protected_len = len(new_indices)
+        self.dec_lock_ref(
+            req.last_node,
+            DecLockRefParams(swa_uuid_for_lock=req.swa_uuid_for_lock),
+            skip_swa=req.swa_prefix_lock_released,
+        )
+        req.swa_prefix_lock_released = False
+        req.swa_uuid_for_lock = self.inc_lock_ref(new_last_node).swa_uuid_for_lock
+        req.last_node = new_last_node
+        req.prefix_indices = new_indices
+
+        dead = self._tombstone_path_below(new_last_node, frontier, keep=self._prompt_island(req))
+        self._free_swa_once([owned] + dead)
+        req.swa_evicted_seqlen = max(req.swa_evicted_seqlen, frontier)
+        self.stats.decode_islands += 1
+
+    def _prompt_island(self, req: Req) -> Tuple[int, int]:
+        """``[start, end)`` of the prompt's last island (positions), kept live during decode."""
+        end = len(req.origin_input_ids) - (1 if self.is_eagle else 0)
+        end = end // self.page_size * self.page_size
+        return swa_tombstone_frontier(len(req.origin_input_ids), self.window, self.page_size), end
+
+    def _release_island_swa_lock(self, req: Req) -> None:
+        """Drop ``req``'s SWA lock on its island, keeping the nodes live (protected -> evictable).
+
+        Unlike ``dec_swa_lock_only`` this never tombstones a leaf, so the island stays a match end.
+        A live leaf that still holds a full lock is evicted by ``evict``'s SWA phase in place.
+        """
+        node = req.last_node
+        while node is not self.root_node:
+            assert not node.swa_tombstone and node.swa_lock_ref > 0, f"{node.id=}"
+            if node.swa_lock_ref == 1:
+                self.swa_protected_size_ -= len(node.value)
+                self.swa_evictable_size_ += len(node.value)
+            node.swa_lock_ref -= 1
+            if req.swa_uuid_for_lock is not None and node.swa_uuid == req.swa_uuid_for_lock:
+                break
+            node = node.parent
+        req.swa_prefix_lock_released = True
+
     # ---- helpers ------------------------------------------------------------------------------
 
     def _split_path_at(self, key, frontier: int) -> None:
@@ -208,9 +353,12 @@ class SWAIslandRadixCache(SWARadixCache):
                 return
             node, pos = child, end
 
-    def _tombstone_path_below(self, last_node: TreeNode, frontier: int) -> List[torch.Tensor]:
+    def _tombstone_path_below(
+        self, last_node: TreeNode, frontier: int, keep: Tuple[int, int] = (0, 0)
+    ) -> List[torch.Tensor]:
         """Tombstone live, SWA-unlocked nodes of the path root..last_node that end at or before
-        ``frontier``. Returns their full-pool values, whose SWA slots the caller frees."""
+        ``frontier`` and do not overlap ``keep`` (positions). Returns their full-pool values,
+        whose SWA slots the caller frees."""
         path = []
         node = last_node
         while node is not None and node is not self.root_node:
@@ -218,10 +366,10 @@ class SWAIslandRadixCache(SWARadixCache):
             node = node.parent
         dead, pos = [], 0
         for node in reversed(path):
-            pos += len(node.value)
+            start, pos = pos, pos + len(node.value)
             if pos > frontier:
                 break
-            if node.swa_tombstone or node.swa_lock_ref > 0:
+            if node.swa_tombstone or node.swa_lock_ref > 0 or (start < keep[1] and pos > keep[0]):
                 continue
             assert node.children, f"island path would tombstone a leaf, {node.id=}"
             dead.append(node.value)
@@ -250,3 +398,18 @@ def _overlap_enabled() -> bool:
         return not get_global_server_args().disable_overlap_schedule
     except Exception:  # no global server args (unit construction): assume the worst case
         return True
+
+
+def _decode_interval_override() -> Optional[int]:
+    try:
+        from sglang.srt.server_args import get_global_server_args
+
+        return get_global_server_args().swa_islands_decode_interval
+    except Exception:
+        return None
+
+
+def on_decode_progress(tree_cache, req: Req, accepted: int) -> None:
+    """Scheduler hook (result phase, every decode path): exact type check, then the cadence."""
+    if type(tree_cache) is SWAIslandRadixCache:
+        tree_cache.on_decode_progress(req, accepted)

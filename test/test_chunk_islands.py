@@ -1,0 +1,371 @@
+"""SWAIslandRadixCache at chunk commit, on the real tree, pools, allocator, Req, ScheduleBatch and
+PrefillAdder (islands_harness.sim drives them with the scheduler's glue; no model runs)."""
+
+import random
+from array import array
+
+import pytest
+import torch
+
+from islands_harness.invariants import (
+    check_invariants,
+    req_hold,
+    req_locked_swa,
+    req_private_swa,
+    tree_nodes,
+)
+from islands_harness.sim import MiniScheduler, random_prompt
+from islands_harness.stack import build_stack
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, MatchPrefixParams
+from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang.srt.mem_cache.swa_island_radix_cache import (
+    SWAIslandRadixCache,
+    swa_tombstone_frontier,
+)
+from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache
+
+BIG = 10**9
+
+
+def evict_all(stack):
+    stack.tree.evict(EvictParams(num_tokens=BIG, swa_num_tokens=BIG))
+
+
+def assert_pools_back_to_baseline(stack):
+    evict_all(stack)
+    stack.tree.sanity_check()
+    assert stack.free_sizes() == stack.initial_free
+    assert stack.tree.total_size() == (0, 0)
+
+
+class CommitProbe:
+    """Records the hold of the committing request right after every chunk commit."""
+
+    def __init__(self, stack, sched):
+        self.stack, self.sched, self.rows = stack, sched, []
+        sched.on_event = self
+
+    def __call__(self, label, reqs):
+        if label not in ("chunk_commit", "last_chunk_commit"):
+            return
+        check_invariants(self.stack, self.sched.running + reqs)
+        for r in reqs:
+            self.rows.append(
+                dict(
+                    rid=r.rid,
+                    L=r.extend_range.end,
+                    locked=req_locked_swa(self.stack, r),
+                    private=req_private_swa(self.stack, r),
+                    tree_swa_evictable=self.stack.tree.swa_evictable_size(),
+                )
+            )
+
+
+def run_workload(stack, prompts, max_new=24, max_running=8, check_every_step=True):
+    sched = MiniScheduler(stack, max_running=max_running)
+    probe = CommitProbe(stack, sched)
+    for i, p in enumerate(prompts):
+        sched.submit(f"r{i}", p, max_new)
+    after = (lambda: check_invariants(stack, sched.running)) if check_every_step else None
+    sched.run(after_step=after)
+    assert len(sched.finished) == len(prompts)
+    return sched, probe
+
+
+# ---- selection ---------------------------------------------------------------------------------
+
+
+def test_flag_off_builds_exactly_swa_radix_cache_and_on_builds_islands():
+    assert type(build_stack(islands=False).tree) is SWARadixCache
+    assert type(build_stack(islands=True).tree) is SWAIslandRadixCache
+
+
+# ---- hold after every chunk commit -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("page", [1, 16])
+def test_hold_after_each_commit_is_window_plus_page_one_request(page):
+    stack = build_stack(window=64, chunk=256, page=page)
+    w = stack.tree.window  # model window as the cache counts it (sliding_window_size + 1)
+    rng = random.Random(0)
+    _, probe = run_workload(stack, [random_prompt(rng, 1024)])
+    commits = [r for r in probe.rows if r["rid"] == "r0"]
+    assert len(commits) == 4  # 1024 / 256
+    for row in commits:
+        assert row["locked"] <= w + 2 * page, row  # the island (floor_p(L) - t <= w + 2p - 1)
+        assert row["locked"] >= w, row  # and never shorter than a window
+        assert row["private"] <= page, row  # unaligned tail only
+        assert row["tree_swa_evictable"] == 0, row  # dead SWA: none
+    assert_pools_back_to_baseline(stack)
+
+
+def test_upstream_holds_a_whole_chunk_islands_do_not():
+    rng = random.Random(0)
+    prompt = random_prompt(rng, 1024)
+    held = {}
+    for islands in (False, True):
+        stack = build_stack(window=64, chunk=256, islands=islands)
+        _, probe = run_workload(stack, [prompt])
+        held[islands] = (
+            max(r["locked"] for r in probe.rows),
+            max(r["tree_swa_evictable"] for r in probe.rows),
+        )
+    assert held[False] == (256, 768)  # upstream: the last chunk locked, earlier chunks dead
+    assert held[True][0] <= 66 and held[True][1] == 0
+
+
+def test_hold_per_request_with_concurrent_requests():
+    stack = build_stack(window=32, chunk=128, full_pool=32768, swa_pool=8192)
+    rng = random.Random(1)
+    prompts = [random_prompt(rng, n) for n in (700, 520, 390, 999)]
+    sched, probe = run_workload(stack, prompts, max_new=40)
+    w = stack.tree.window
+    for row in probe.rows:
+        assert row["locked"] <= w + 1 and row["private"] <= 1, row
+    # all four requests produced chunk islands
+    assert {r["rid"] for r in probe.rows} == {"r0", "r1", "r2", "r3"}
+    assert stack.tree.stats.chunk_islands >= sum((n // 128) for n in (700, 520, 390, 999))
+    assert_pools_back_to_baseline(stack)
+
+
+def test_hold_during_decode_stays_bounded():
+    stack = build_stack(window=32, chunk=128)
+    rng = random.Random(2)
+    sched = MiniScheduler(stack)
+    reqs = [sched.submit(f"r{i}", random_prompt(rng, 600), 300) for i in range(3)]
+    interval = stack.tree.decode_interval
+    w, p = stack.tree.window, stack.cfg.page
+    worst = 0
+
+    def after():
+        nonlocal worst
+        check_invariants(stack, sched.running)
+        for r in sched.running:
+            if r.output_ids:  # decoding
+                slack = r.kv_committed_len - r.cache_protected_len
+                assert req_hold(stack, r) <= w + 2 * p + slack, (r.rid, req_hold(stack, r))
+                assert slack <= interval
+                worst = max(worst, req_hold(stack, r))
+
+    sched.run(after_step=after)
+    assert worst <= w + 2 * p + interval
+    assert_pools_back_to_baseline(stack)
+
+
+# ---- structure ---------------------------------------------------------------------------------
+
+
+def _path(tree, node):
+    out = []
+    while node is not tree.root_node:
+        out.append(node)
+        node = node.parent
+    return list(reversed(out))
+
+
+def test_structure_after_commits_is_tombstones_then_one_live_island():
+    stack = build_stack(window=32, chunk=128)
+    rng = random.Random(3)
+    prompt = random_prompt(rng, 640)
+    sched = MiniScheduler(stack)
+    req = sched.submit("a", prompt, 4)
+    seen = []
+
+    def on_event(label, reqs):
+        if label in ("chunk_commit", "last_chunk_commit"):
+            path = _path(stack.tree, req.last_node)
+            t = swa_tombstone_frontier(req.extend_range.end, stack.tree.window, 1)
+            pos, kinds = 0, []
+            for n in path:
+                kinds.append(("T" if n.swa_tombstone else "L", pos, pos + len(n.value)))
+                pos += len(n.value)
+            # everything below t is tombstone, everything from t is live, and t is a node boundary
+            assert all(k == "T" for k, a, b in kinds if b <= t), kinds
+            assert all(k == "L" for k, a, b in kinds if a >= t), kinds
+            assert any(a == t for k, a, b in kinds), kinds
+            assert pos == req.cache_protected_len == req.extend_range.end
+            seen.append(len(kinds))
+
+    sched.on_event = on_event
+    sched.run()
+    assert len(seen) == 5
+    assert_pools_back_to_baseline(stack)
+
+
+def test_reserved_prompt_matches_to_the_last_island_and_upstream_rule_holds():
+    stack = build_stack(window=32, chunk=128)
+    rng = random.Random(4)
+    prompt = random_prompt(rng, 700)
+    sched, _ = run_workload(stack, [prompt], max_new=8)
+    tree = stack.tree
+    m = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", prompt), None)))
+    assert len(m.device_indices) == len(prompt)
+    # every match end has its preceding window live (or reaches back to the root live)
+    mapping = stack.allocator.full_to_swa_index_mapping
+    for cut in range(1, len(prompt) + 9, 7):
+        key = (list(prompt) + list(sched.finished[0].output_ids))[:cut]
+        m = tree.match_prefix(MatchPrefixParams(key=RadixKey(array("q", key), None)))
+        n = len(m.device_indices)
+        if n == 0:
+            continue
+        lo = max(0, n - tree.sliding_window_size)
+        assert bool((mapping[m.device_indices[lo:n]] > 0).all()), (cut, n)
+    assert_pools_back_to_baseline(stack)
+
+
+# ---- conservation and shapes -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "window, page, chunk, prompt_lens",
+    [
+        (32, 1, 128, [700, 300, 64]),
+        (40, 16, 128, [700, 301, 50]),  # window not a multiple of the page
+        (32, 16, 200, [650, 333]),  # chunk not a multiple of the page
+        (64, 64, 256, [1100, 700]),
+        (32, 1, 1024, [300, 200]),  # prompts shorter than one chunk
+    ],
+)
+def test_conservation_and_invariants_across_shapes(window, page, chunk, prompt_lens):
+    stack = build_stack(window=window, page=page, chunk=chunk, full_pool=32768, swa_pool=16384)
+    rng = random.Random(window * page + chunk)
+    shared = random_prompt(rng, 400)
+    prompts = [shared[: n // 2] + random_prompt(rng, n - n // 2) for n in prompt_lens]
+    prompts.append(list(prompts[0]))  # exact repeat
+    run_workload(stack, prompts, max_new=20)
+    assert stack.tree.stats.swa_tokens_freed_eagerly > 0
+    assert_pools_back_to_baseline(stack)
+
+
+def test_second_request_matches_into_first_tombstoned_path_while_first_runs():
+    stack = build_stack(window=32, chunk=128)
+    rng = random.Random(5)
+    prompt = random_prompt(rng, 512)
+    sched = MiniScheduler(stack)
+    a = sched.submit("a", prompt, 200)
+    b = None
+    steps = 0
+    while True:
+        kind = sched.step()
+        steps += 1
+        check_invariants(stack, sched.running)
+        if b is None and a.output_ids and len(a.output_ids) >= 10:
+            # A is decoding; B re-sends A's prompt plus a new suffix
+            b = sched.submit("b", list(prompt) + random_prompt(rng, 100), 20)
+        if b is not None and b.output_ids and not hasattr(b, "_hit"):
+            b._hit = len(b.prefix_indices) if b.prefix_indices is not None else 0
+        if kind is None and sched.idle():
+            break
+    # B matched A's prompt island while A was still running: its whole prompt was cached
+    assert b.cached_tokens >= len(prompt) - stack.tree.page_size
+    assert_pools_back_to_baseline(stack)
+
+
+# ---- failure paths -----------------------------------------------------------------------------
+
+
+def test_abort_mid_chunk_loses_nothing():
+    stack = build_stack(window=32, chunk=128)
+    rng = random.Random(6)
+    sched = MiniScheduler(stack)
+    a = sched.submit("a", random_prompt(rng, 900), 10)
+    other = sched.submit("b", random_prompt(rng, 200), 30)
+    for _ in range(3):
+        sched.step()
+        check_invariants(stack, sched.running)
+    assert sched.chunked_req is a and a.cache_protected_len > 0
+    sched.abort_chunked()
+    check_invariants(stack, sched.running)
+    sched.run(after_step=lambda: check_invariants(stack, sched.running))
+    assert other.finished() and len(other.output_ids) == 30
+    assert_pools_back_to_baseline(stack)
+
+
+def test_retraction_with_islands_then_rerun():
+    stack = build_stack(window=32, chunk=128)
+    rng = random.Random(7)
+    sched = MiniScheduler(stack)
+    reqs = [sched.submit(f"r{i}", random_prompt(rng, 300), 60) for i in range(3)]
+    while not (len(sched.running_batch.reqs) == 3 and all(r.output_ids for r in reqs)):
+        sched.step()
+    for _ in range(5):
+        sched.step()
+    assert sched.retract_all_but_one() >= 1
+    check_invariants(stack, sched.running)
+    sched.run(after_step=lambda: check_invariants(stack, sched.running))
+    assert all(len(r.output_ids) == 60 for r in reqs)
+    assert_pools_back_to_baseline(stack)
+
+
+def test_swa_pressure_eviction_keeps_invariants():
+    # a small SWA pool: LRU eviction must run between islands
+    stack = build_stack(window=32, chunk=128, full_pool=16384, swa_pool=700)
+    rng = random.Random(8)
+    prompts = [random_prompt(rng, 500) for _ in range(6)]
+    sched, _ = run_workload(stack, prompts, max_new=30, max_running=4)
+    assert_pools_back_to_baseline(stack)
+
+
+# ---- double frees ------------------------------------------------------------------------------
+
+
+def test_double_frees_are_structurally_impossible():
+    stack = build_stack(window=32, chunk=128)
+    rng = random.Random(9)
+    sched = MiniScheduler(stack)
+    a = sched.submit("a", random_prompt(rng, 600), 50)
+    while not a.output_ids:
+        sched.step()
+    tree, alloc = stack.tree, stack.allocator
+    tombstones = [n for n in tree_nodes(tree) if n.swa_tombstone]
+    assert tombstones
+    before = stack.free_sizes()
+    # 1. freeing tombstoned SWA again, with page-size-1 duplicates inside one call
+    vals = torch.cat([n.value for n in tombstones] * 3)
+    tree._free_swa_once([vals, vals])
+    alloc.free_swa(tombstones[0].value)
+    assert stack.free_sizes() == before
+    # 2. committing the same length twice is a no-op
+    tree.cache_unfinished_req(a)
+    tree.cache_unfinished_req(a)
+    assert stack.free_sizes() == before
+    check_invariants(stack, sched.running)
+    sched.run(after_step=lambda: check_invariants(stack, sched.running))
+    assert_pools_back_to_baseline(stack)
+
+
+# ---- randomized ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_randomized_operation_sequences_keep_every_invariant(seed):
+    rng = random.Random(seed)
+    page = rng.choice([1, 1, 16])
+    stack = build_stack(
+        window=rng.choice([16, 32, 40]),
+        page=page,
+        chunk=rng.choice([64, 128, 160]) // page * page,
+        full_pool=32768,
+        swa_pool=rng.choice([1500, 4000, 16384]),
+    )
+    sched = MiniScheduler(stack, max_running=rng.choice([2, 4, 8]))
+    bases = [random_prompt(rng, 400) for _ in range(3)]
+    for step in range(500):
+        op = rng.random()
+        if op < 0.15 and len(sched.all_reqs) < 24:
+            base = rng.choice(bases)
+            cut = rng.randrange(0, len(base))
+            sched.submit(f"q{step}", base[:cut] + random_prompt(rng, rng.randrange(1, 300)), rng.randrange(1, 120))
+        elif op < 0.18 and sched.chunked_req is not None:
+            sched.abort_chunked()
+        elif op < 0.20:
+            sched.retract_all_but_one()
+        elif op < 0.22 and sched.idle():
+            evict_all(stack)
+        else:
+            sched.step()
+        check_invariants(stack, sched.running)
+        if sched.idle():
+            stack.tree.sanity_check()
+    sched.run(after_step=lambda: check_invariants(stack, sched.running))
+    assert_pools_back_to_baseline(stack)

@@ -1,0 +1,114 @@
+"""The island formulas, pinned: frontier and decode cadence (one source of truth each)."""
+
+import random
+
+import pytest
+
+from sglang.srt.mem_cache.swa_island_radix_cache import (
+    DEFAULT_DECODE_ISLAND_INTERVAL,
+    decode_island_due,
+    decode_island_interval,
+    swa_tombstone_frontier,
+)
+
+
+# ---- frontier ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "L, w, p, t",
+    [
+        (16384, 1024, 64, 15296),  # the spec's production shape: 1088 tokens stay live
+        (300, 32, 1, 267),
+        (1024, 65, 1, 958),
+        (1024, 65, 16, 928),
+        (100, 32, 64, 0),  # too short: nothing to tombstone
+        (96, 32, 64, 0),  # exactly w + p: nothing below the frontier
+        (97, 32, 1, 64),
+    ],
+)
+def test_frontier_examples(L, w, p, t):
+    assert swa_tombstone_frontier(L, w, p) == t
+
+
+@pytest.mark.parametrize("p", [1, 16, 64])
+@pytest.mark.parametrize("w", [32, 40, 65, 1024])
+def test_frontier_keeps_window_plus_page_live_and_is_page_aligned(w, p):
+    for L in range(0, 4 * (w + p) + 3 * p):
+        t = swa_tombstone_frontier(L, w, p)
+        assert t % p == 0
+        assert t >= 0
+        if t > 0:
+            assert L - t >= w + p
+            # the largest such page-aligned position: one page more would cut into w + p
+            assert L - (t + p) < w + p
+            # the page-aligned tree key keeps at least w live tokens after the frontier
+            assert (L // p * p) - t >= w
+
+
+def test_frontier_rejects_nonsense():
+    with pytest.raises(ValueError):
+        swa_tombstone_frontier(10, 0, 1)
+    with pytest.raises(ValueError):
+        swa_tombstone_frontier(10, 4, 0)
+
+
+# ---- cadence -----------------------------------------------------------------------------------
+
+
+def test_interval_is_a_quarter_chunk_with_a_documented_default():
+    assert decode_island_interval(16384) == 4096
+    assert decode_island_interval(512) == 128
+    assert decode_island_interval(None) == DEFAULT_DECODE_ISLAND_INTERVAL
+    assert decode_island_interval(-1) == DEFAULT_DECODE_ISLAND_INTERVAL
+    assert decode_island_interval(512, override=40) == 40
+    assert decode_island_interval(2) == 1
+
+
+def _fire_points(steps, interval, start=0):
+    """Drive the trigger like the scheduler: committed grows by each step; an island at
+    ``committed`` moves ``last`` there."""
+    committed, last, fired = start, start, []
+    for a in steps:
+        committed += a
+        if decode_island_due(committed, last, interval):
+            fired.append(committed)
+            last = committed
+    return fired
+
+
+def test_cadence_step_1_fires_every_interval():
+    assert _fire_points([1] * 1000, 128) == [128 * k for k in range(1, 8)]
+
+
+def test_cadence_step_3_fires_at_first_crossing():
+    fired = _fire_points([3] * 300, 128)
+    assert fired[0] == 129  # 43 steps of 3
+    assert all(b - a >= 128 for a, b in zip(fired, fired[1:]))
+    assert len(fired) == 900 // 129
+
+
+def test_cadence_random_accept_lengths_never_missed_never_twice():
+    rng = random.Random(0)
+    # accept lengths 1..16, mean ~8.5: the spec's speculative decoding average
+    steps = [rng.randint(1, 16) for _ in range(4000)]
+    assert 8.0 < sum(steps) / len(steps) < 9.0
+    interval = 128
+    fired = _fire_points(steps, interval)
+    # a modulo trigger would fire only where the sequence lands exactly on a multiple
+    committed, modulo = 0, 0
+    for a in steps:
+        committed += a
+        modulo += committed % interval == 0
+    assert modulo < len(fired) / 4
+    # accumulated progress: every gap is at least the interval and less than interval + max step
+    gaps = [b - a for a, b in zip([0] + fired, fired)]
+    assert all(interval <= g < interval + 16 for g in gaps)
+    assert len(set(fired)) == len(fired)
+    assert sum(steps) - fired[-1] < interval
+
+
+def test_cadence_step_straddling_several_multiples_fires_once():
+    # one step of 1000 crosses 7 multiples of 128: one island, not seven
+    assert _fire_points([1000], 128) == [1000]
+    assert _fire_points([5, 1000, 5, 300], 128) == [1005, 1310]
