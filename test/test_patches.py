@@ -40,8 +40,13 @@ def git(cwd, *args):
         GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1",
         GIT_AUTHOR_NAME="Test", GIT_AUTHOR_EMAIL="test@example.invalid",
         GIT_COMMITTER_NAME="Test", GIT_COMMITTER_EMAIL="test@example.invalid",
+        GIT_EDITOR="true", GIT_SEQUENCE_EDITOR="true",
     )
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True)
+
+
+SERIES = [p.name for p in tool.read_series(PATCHES)]
+TOUCHED = sorted({r for p in tool.read_series(PATCHES) for r in tool.patch_files(p)})
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +81,9 @@ def corrupt(patch: Path) -> None:
 def minimal_site(tmp_path: Path, upstream) -> Path:
     """A site-packages dir holding a pristine sglang reduced to what `apply` looks at."""
     site = tmp_path / "site"
-    for rel in ("__init__.py", "_version.py", "version.py", TNB, "srt/mem_cache/common.py"):
+    for rel in {"__init__.py", "_version.py", "version.py", "srt/mem_cache/common.py", *TOUCHED}:
+        if not upstream.has(rel):
+            continue
         dst = site / "sglang" / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.write_bytes(upstream.read(rel))
@@ -105,8 +112,9 @@ def test_help_lists_every_subcommand():
         run(sub, "--help", check=True)
 
 
-def test_series_lists_the_translate_fix():
-    assert FIX_0001 in [p.name for p in tool.read_series(PATCHES)]
+def test_series_starts_with_the_translate_fix():
+    assert SERIES[0] == FIX_0001
+    assert all(name.startswith(f"{i:04d}-") for i, name in enumerate(SERIES, 1))
 
 
 def test_check_passes_on_real_series():
@@ -141,7 +149,7 @@ def test_apply_is_idempotent_and_overlays_our_modules(tmp_path, upstream):
     ov = make_overlay(tmp_path)
     args = ("--overlay-dir", ov, "apply", "--site-packages", site)
     first = run(*args, check=True)
-    assert "1 patch(es)" in first.stdout and "2 overlay file(s)" in first.stdout
+    assert f"{len(SERIES)} patch(es)" in first.stdout and "2 overlay file(s)" in first.stdout
     h1 = tree_hash(site)
     second = run(*args, check=True)
     assert "0 file(s) changed" in second.stdout
@@ -156,8 +164,8 @@ def test_apply_is_idempotent_and_overlays_our_modules(tmp_path, upstream):
     assert not (pkg / "island_pkg/__pycache__").exists()
     assert (pkg / "srt/mem_cache/common.py").read_bytes() == upstream.read("srt/mem_cache/common.py")
     manifest = json.loads((pkg / tool.MANIFEST_NAME).read_text())
-    assert manifest["patches"] == [FIX_0001]
-    assert manifest["patched_files"] == [TNB]
+    assert manifest["patches"] == SERIES
+    assert manifest["patched_files"] == TOUCHED
     assert manifest["overlay_files"] == ["island_pkg/__init__.py", "srt/mem_cache/island_probe.py"]
     assert manifest["series_sha256"] == tool.series_sha256(tool.read_series(PATCHES))
 
@@ -193,9 +201,10 @@ def test_apply_refuses_other_packages(tmp_path, upstream):
 def test_worktree_then_refresh_without_edits_is_byte_identical(tmp_path):
     wt = tmp_path / "wt"
     run("worktree", wt, check=True)
-    log = git(wt, "log", "--format=%s").stdout.splitlines()
-    assert log[-1] == "upstream 0.5.15.post1"
-    assert log[0] == "torch_native: translate SWA KV reads"
+    log = git(wt, "log", "--reverse", "--format=%s").stdout.splitlines()
+    assert len(log) == 1 + len(SERIES)
+    assert log[0] == "upstream 0.5.15.post1"
+    assert log[1] == "torch_native: translate SWA KV reads"
     pdir = copy_patches(tmp_path / "patches")
     run("--patches-dir", pdir, "refresh", wt, check=True)
     assert sorted(p.name for p in pdir.iterdir()) == sorted(p.name for p in PATCHES.iterdir())
@@ -204,30 +213,40 @@ def test_worktree_then_refresh_without_edits_is_byte_identical(tmp_path):
 
 
 def test_edit_amend_refresh_updates_the_patch(tmp_path):
+    """The developer loop: amend the top patch, fix up an earlier one, add a new one, refresh."""
     wt = tmp_path / "wt"
     run("worktree", wt, "--with", "python/sglang/srt/mem_cache/common.py", check=True)
-    src = wt / "python/sglang" / TNB
-    text = src.read_text()
-    old = "# req_to_token holds full-pool slot ids; translate them like the writes."
-    new = "# req_to_token holds full-pool slot ids (amended in a test)."
-    assert text.count(old) == 2
-    src.write_text(text.replace(old, new))
+    base = tool.BASE_TAG
+    # 1. Amend the top commit (the last patch of the series).
+    top_file = wt / git(wt, "diff-tree", "--no-commit-id", "--name-only", "-r", "HEAD").stdout.split()[0]
+    top_file.write_text(top_file.read_text() + "# amended in a test\n")
     git(wt, "commit", "-q", "-a", "--amend", "--no-edit")
-    # ... and a second patch, as a new commit on another file.
+    # 2. Fix up patch 0001 wherever it sits in the series.
+    first = git(wt, "rev-list", "--reverse", f"{base}..HEAD").stdout.split()[0]
+    src = wt / "python/sglang" / TNB
+    old = "# req_to_token holds full-pool slot ids; translate them like the writes."
+    new = "# req_to_token holds full-pool slot ids (fixed up in a test)."
+    assert src.read_text().count(old) == 2
+    src.write_text(src.read_text().replace(old, new))
+    git(wt, "commit", "-q", "-a", f"--fixup={first}")
+    git(wt, "rebase", "-q", "-i", "--autosquash", base)
+    # 3. A new patch, as a new commit on another file.
     common = wt / "python/sglang/srt/mem_cache/common.py"
     common.write_text(common.read_text() + "\n# second patch\n")
-    git(wt, "commit", "-q", "-a", "-m", "mem_cache: Second_patch for the test")
+    git(wt, "commit", "-q", "-a", "-m", "mem_cache: Extra_patch for the test")
 
     pdir = copy_patches(tmp_path / "patches")
     r = run("--patches-dir", pdir, "refresh", wt, check=True)
     assert "apply cleanly" in r.stdout
-    second = "0002-mem-cache-second-patch-for-the-test.patch"
-    assert [p.name for p in tool.read_series(pdir)] == [FIX_0001, second]
-    patch = (pdir / FIX_0001).read_text()
-    assert patch != (PATCHES / FIX_0001).read_text()
-    assert patch.count("+                " + new) == 2 and old not in patch
-    assert "Subject: [PATCH] torch_native: translate SWA KV reads\n" in patch
-    assert "+# second patch" in (pdir / second).read_text()
+    extra = f"{len(SERIES) + 1:04d}-mem-cache-extra-patch-for-the-test.patch"
+    assert [p.name for p in tool.read_series(pdir)] == SERIES + [extra]
+    fix = (pdir / FIX_0001).read_text()
+    assert fix.count("+                " + new) == 2 and old not in fix
+    assert "Subject: [PATCH] torch_native: translate SWA KV reads\n" in fix
+    assert "+# amended in a test" in (pdir / SERIES[-1]).read_text()
+    for name in SERIES[1:-1]:  # untouched patches stay byte-identical
+        assert (pdir / name).read_bytes() == (PATCHES / name).read_bytes(), name
+    assert "+# second patch" in (pdir / extra).read_text()
     # The refreshed series round-trips through a fresh worktree.
     run("--patches-dir", pdir, "worktree", tmp_path / "wt2", check=True)
     tree = lambda d: git(d, "rev-parse", "HEAD^{tree}").stdout
