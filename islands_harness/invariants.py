@@ -4,7 +4,7 @@ Upstream's ``SWARadixCache.sanity_check`` is valid only when idle (it asserts no
 checks hold at every point between scheduler steps and are what the island tests assert:
 
 - counters: ``full/swa_{evictable,protected}_size_`` equal what a walk of the tree recomputes;
-- structure: no tombstone leaf; no tombstone inside a running request's SWA-lock range;
+- structure: no unlocked tombstone leaf; no tombstone inside a running request's SWA-lock range;
 - mapping: tombstone nodes map to SWA slot 0, live nodes to a slot > 0;
 - no double free: each sub-allocator's free list holds unique pages; no live full->SWA mapping
   shares a slot; no slot is both free and referenced by the tree or a running request; the SWA
@@ -80,7 +80,9 @@ def check_invariants(stack, running: Iterable = ()) -> None:
     assert counters == recomputed_counters(tree), (counters, recomputed_counters(tree))
 
     for n in nodes:
-        assert n.children or not n.swa_tombstone, f"tombstone leaf {n.id}"
+        # Leaves are live, except a leaf still full-locked by a running request whose SWA was
+        # released early (upstream's dec_swa_lock_only, or evict's SWA phase on such a leaf).
+        assert n.children or not n.swa_tombstone or n.full_lock_ref > 0, f"tombstone leaf {n.id}"
         assert n.full_lock_ref >= n.swa_lock_ref >= 0, f"lock refs of {n.id}"
         m = mapping[n.value]
         if n.swa_tombstone:

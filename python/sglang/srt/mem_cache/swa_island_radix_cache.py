@@ -263,9 +263,15 @@ class SWAIslandRadixCache(SWARadixCache):
         radix_key = RadixKey(token_ids, req.extra_key, is_bigram=self.is_eagle).page_aligned(
             self.page_size
         )
-        island_start = max(frontier, req.swa_evicted_seqlen)
-        if len(radix_key) - island_start < self.window or len(radix_key) <= old_prefix_len:
-            # Not a valid island yet (too short after the evictor's frontier): retry next step.
+        if len(radix_key) <= old_prefix_len:
+            return
+        if req.swa_evicted_seqlen > old_prefix_len:
+            island_start = max(frontier, req.swa_evicted_seqlen)
+        else:
+            island_start = max(frontier, self._live_run_start(req))
+        if len(radix_key) - island_start < self.window:
+            # Too short to be a match end (the evictor's frontier or a pressure-evicted island
+            # ends too close to floor_p(committed)): not an island yet, retry next step.
             return
         row = self.req_to_token_pool.req_to_token[req.req_pool_idx]
         owned_from = max(old_prefix_len, req.swa_evicted_seqlen)
@@ -306,6 +312,14 @@ class SWAIslandRadixCache(SWARadixCache):
         self._free_swa_once([owned] + dead)
         req.swa_evicted_seqlen = max(req.swa_evicted_seqlen, frontier)
         self.stats.decode_islands += 1
+
+    def _live_run_start(self, req: Req) -> int:
+        """Position where the live run of tree nodes ending at ``cache_protected_len`` starts."""
+        pos, node = req.cache_protected_len, req.last_node
+        while node is not None and node is not self.root_node and not node.swa_tombstone:
+            pos -= len(node.value)
+            node = node.parent
+        return pos
 
     def _prompt_island(self, req: Req) -> Tuple[int, int]:
         """``[start, end)`` of the prompt's last island (positions), kept live during decode."""
