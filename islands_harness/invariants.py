@@ -17,6 +17,8 @@ from typing import Iterable, List, Tuple
 
 import torch
 
+from sglang.srt.mem_cache.swa_island_metrics import swa_hold
+
 
 def tree_nodes(tree) -> List:
     out, stack = [], [tree.root_node]
@@ -126,19 +128,14 @@ def check_invariants(stack, running: Iterable = ()) -> None:
 
 def req_private_swa(stack, req) -> int:
     """Live SWA slots of ``req`` past its tree-owned prefix (request-owned hold)."""
-    if req.req_pool_idx is None:
-        return 0
-    lo, hi = req.cache_protected_len, req.kv_allocated_len
-    if hi <= lo:
-        return 0
-    locs = stack.req_to_token_pool.req_to_token[req.req_pool_idx, lo:hi].to(torch.int64)
-    return int((stack.allocator.full_to_swa_index_mapping[locs] > 0).sum())
+    return swa_hold(stack.tree, req)[1]
 
 
 def req_locked_swa(stack, req) -> int:
-    return sum(len(n.value) for n in swa_lock_range(stack.tree, req) if not n.swa_tombstone)
+    """SWA slots of the tree nodes ``req`` SWA-locks."""
+    return swa_hold(stack.tree, req)[0]
 
 
 def req_hold(stack, req) -> int:
     """SWA slots ``req`` keeps: its SWA-locked tree nodes plus its live request-owned slots."""
-    return req_locked_swa(stack, req) + req_private_swa(stack, req)
+    return sum(swa_hold(stack.tree, req))

@@ -164,6 +164,12 @@ class SWAIslandRadixCache(SWARadixCache):
         # Model window in tokens (see module docstring: window_left + 1).
         self.window = self.sliding_window_size + 1
         self.stats = IslandStats()
+        self.island_metrics = None
+        if params.enable_metrics:
+            from sglang.srt.mem_cache.swa_island_metrics import SWAIslandMetrics
+
+            labels = getattr(self.metrics_collector, "labels", None)
+            self.island_metrics = SWAIslandMetrics(labels or {"cache_type": type(self).__name__})
         self._pending_frontier: Optional[int] = None
         self.decode_interval = decode_island_interval(
             params.chunked_prefill_size, _decode_interval_override()
