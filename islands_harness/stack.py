@@ -68,6 +68,8 @@ class StackConfig:
     max_reqs: int = 16
     islands: bool = True
     context_len: int = 1 << 17
+    ratio: float = 0.8  # --swa-full-tokens-ratio as the startup checks see it (pools are explicit)
+    enable_metrics: bool = False
     env: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
@@ -131,6 +133,7 @@ def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
         skip_tokenizer_init=True,
         enable_swa_islands=cfg.islands,
         context_length=cfg.context_len,
+        swa_full_tokens_ratio=cfg.ratio,
     )
     set_global_server_args_for_scheduler(sa)
     mc = ModelConfig.from_server_args(sa)
@@ -172,6 +175,7 @@ def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
         eviction_policy=sa.radix_eviction_policy,
         chunked_prefill_size=cfg.chunk,
         sliding_window_size=mc.sliding_window_size,
+        enable_metrics=cfg.enable_metrics,
     )
     tree = create_tree_cache(
         TreeCacheBuildContext(
