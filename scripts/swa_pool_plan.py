@@ -214,6 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
     pol.add_argument("--decode-tail", type=_count, default=0, metavar="TOKENS",
                      help="extra SWA tokens per request between decode-evictor runs "
                           "(default 0, the steady state)")
+    pol.add_argument("--mean-accept-len", type=float, default=None, metavar="X",
+                     help="tokens committed per decode step (speculative decoding's mean accept "
+                          "length, 1 without it); sets --decode-tail to the request-owned SWA a "
+                          "request accrues between frees: min(128 x X, chunk/4). Together with "
+                          "--chunks-in-flight 2 this is the serving floor (the spec's 0.17 at "
+                          "accept 8.5)")
     pol.add_argument("--hold", type=_count, default=None, metavar="TOKENS",
                      help="per-request SWA hold without islands (default: --chunk, one prefill chunk)")
     pol.add_argument("--ratios", type=parse_ratios, default=parse_ratios("0.05:0.40:0.05"),
@@ -276,6 +282,12 @@ def resolve_inputs(args, parser):
 def make_plan(args, parser) -> dict:
     kv, window, source = resolve_inputs(args, parser)
     bpt = kv.bytes_per_token if isinstance(kv, plan.HybridKVLayout) else kv
+    if args.mean_accept_len is not None:
+        if args.mean_accept_len <= 0:
+            parser.error("--mean-accept-len must be positive")
+        args.decode_tail = plan.decode_tail_tokens(
+            args.mean_accept_len, decode_interval=max(1, args.chunk // 4)
+        )
     workload = plan.Workload(
         n_running=args.max_running,
         window=window,

@@ -579,3 +579,29 @@ def test_cli_bad_model_config_content_exits_2(tmp_path):
               "--chunk", "128", "--max-running", "4")
     assert res.returncode == 2
     assert "unknown KV dtype 'int2'" in res.stderr
+
+
+# ------------------------------------------------------------------- the serving floor (0.17)
+
+
+def test_decode_tail_is_the_evictor_interval_times_accept_length_capped_by_the_cadence():
+    assert plan.decode_tail_tokens(8.5, decode_interval=16384 // 4) == 1088
+    assert plan.decode_tail_tokens(1.0) == 128
+    assert plan.decode_tail_tokens(64.0, decode_interval=512 // 4) == 128
+    with pytest.raises(ValueError):
+        plan.decode_tail_tokens(0)
+
+
+def test_serving_floor_recommends_the_spec_ratio():
+    """Two chunks in flight (overlap scheduler) and the decode tail at accept length 8.5: the
+    recommendation is the 0.17 the spec deployed, with its ~27% margin."""
+    load = plan.Workload(n_running=N, window=W, page=P, chunk=CP, chunks_in_flight=2,
+                         decode_tail=plan.decode_tail_tokens(8.5, decode_interval=CP // 4))
+    assert load.floor == 2 * 16384 + 48 * (1024 + 64 + 1088) == 137_216
+    rec = plan.recommend_ratio(SPEC_KV, SPEC_BUDGET, load)
+    assert rec.ratio == pytest.approx(0.17)
+    res = cli(*SPEC_ARGS, "--chunks-in-flight", "2", "--mean-accept-len", "8.5")
+    assert res.returncode == 0, res.stderr
+    assert "--swa-full-tokens-ratio 0.17" in res.stdout
+    bad = cli(*SPEC_ARGS, "--mean-accept-len", "-1")
+    assert bad.returncode == 2 and "--mean-accept-len must be positive" in bad.stderr

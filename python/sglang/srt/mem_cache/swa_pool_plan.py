@@ -520,6 +520,25 @@ def island_floor(
     return chunks_in_flight * chunk + n_running * (window + page + decode_tail)
 
 
+def decode_tail_tokens(
+    mean_accept_len: float, *, eviction_interval: int = 128, decode_interval: Optional[int] = None
+) -> int:
+    """Request-owned SWA a decoding request accrues before it is freed again (tokens).
+
+    Upstream's decode evictor runs every ``SGLANG_SWA_EVICTION_INTERVAL`` (128) forward steps and
+    a step commits ``mean_accept_len`` tokens (1 without speculative decoding); with islands a
+    decode island frees it at least every ``decode_interval`` (cp/4) tokens, whichever is first.
+    Example: accept 8.5, cp=16384 -> min(ceil(128 * 8.5), 4096) = 1088.
+    """
+    _check_positive("mean_accept_len", mean_accept_len)
+    _check_positive("eviction_interval", eviction_interval, integer=True)
+    tail = int(math.ceil(eviction_interval * mean_accept_len))
+    if decode_interval is not None:
+        _check_positive("decode_interval", decode_interval, integer=True)
+        tail = min(tail, decode_interval)
+    return tail
+
+
 def island_capacity(
     swa_pool: int,
     window: int,
