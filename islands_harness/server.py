@@ -1,0 +1,429 @@
+"""Boot the real SGLang server (`python -m sglang.launch_server`) on CPU, talk to it, stop it.
+
+    from islands_harness.server import SglangServer
+    with SglangServer(model_dir, extra_args=["--page-size", "1", "--chunked-prefill-size", "64"]) as srv:
+        r = srv.generate([5, 6, 7], max_new_tokens=8)
+        r.output_ids, r.cached_tokens
+
+The server runs with the interpreter of this process (the project's `.venv`), in its own process
+group, with `SGLANG_USE_CPU_ENGINE=1` and the fixed CPU argument set `BASE_ARGS` (torch_native
+attention, fp32, no CUDA graphs, no warmup, no grammar backend, random seed 0). Caller arguments
+come after `BASE_ARGS`, so they win where argparse keeps the last value.
+
+Lifecycle guarantees:
+- a port that is already taken raises `PortInUseError` before anything is launched;
+- `start()` returns only once `/health_generate` answers 200; if the process exits first, or the
+  boot timeout passes, it stops what it started and raises `ServerStartError` with the log tail;
+- `stop()` sends SIGTERM to the whole process group, SIGKILL after `grace_s`, and raises
+  `ServerStopError` if any process of the group (or any descendant seen while running) survives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import pathlib
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Iterable, Sequence
+
+import psutil
+import requests
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+DEFAULT_LOG_DIR = REPO_ROOT / ".work" / "server-logs"
+HOST = "127.0.0.1"
+
+BASE_ARGS = (
+    "--device", "cpu",
+    "--attention-backend", "torch_native",
+    "--dtype", "float32",
+    "--disable-cuda-graph",
+    "--skip-server-warmup",
+    "--grammar-backend", "none",
+    "--random-seed", "0",
+    "--mem-fraction-static", "0.05",
+)
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+class PortInUseError(ServerError):
+    pass
+
+
+class ServerStartError(ServerError):
+    pass
+
+
+class ServerStopError(ServerError):
+    pass
+
+
+@dataclasses.dataclass
+class GenerateResult:
+    output_ids: list[int]
+    meta_info: dict[str, Any]
+    text: str | None = None
+
+    @property
+    def cached_tokens(self) -> int:
+        return int(self.meta_info.get("cached_tokens", 0) or 0)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return int(self.meta_info.get("prompt_tokens", 0) or 0)
+
+    @property
+    def completion_tokens(self) -> int:
+        return int(self.meta_info.get("completion_tokens", 0) or 0)
+
+
+def port_is_free(port: int, host: str = HOST) -> bool:
+    """True when `host:port` can be bound (same test as the server's own bind: SO_REUSEADDR)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_free_port(host: str = HOST) -> int:
+    """A free port in [20000, 45000): sglang derives further ports from `--port` (for example
+    SGLANG_GRPC_PORT = port + 10000, validated to be <= 65535), so ephemeral ports do not fit."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 45000)
+        if port_is_free(port, host) and port_is_free(port + 10000, host):
+            return port
+    raise ServerError(f"no free port found on {host} in [20000, 45000)")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """`{metric_name: value}` from Prometheus text; for a name with several label sets the last
+    sample wins (every sglang gauge used here has exactly one label set per server)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_part, _, value = line.rpartition(" ")
+        name = name_part.split("{", 1)[0].strip()
+        try:
+            out[name] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _group_members(pgid: int) -> list[psutil.Process]:
+    members = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(p.pid) == pgid and _alive(p):
+                members.append(p)
+        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+            continue
+    return members
+
+
+class SglangServer:
+    """One real `sglang.launch_server` process tree on 127.0.0.1 (see the module docstring)."""
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        extra_args: Iterable[str] = (),
+        *,
+        port: int | None = None,
+        host: str = HOST,
+        omp_threads: int = 2,
+        env: dict[str, str] | None = None,
+        log_path: str | os.PathLike | None = None,
+        boot_timeout_s: float = 300.0,
+        grace_s: float = 15.0,
+        python: str | None = None,
+        sample_rss: bool = False,
+        rss_interval_s: float = 0.25,
+    ):
+        self.model_path = str(model_path)
+        self.extra_args = [str(a) for a in extra_args]
+        self.host = host
+        self.requested_port = port
+        self.port: int | None = None
+        self.omp_threads = omp_threads
+        self.extra_env = dict(env or {})
+        self.log_path = pathlib.Path(log_path) if log_path else None
+        self.boot_timeout_s = boot_timeout_s
+        self.grace_s = grace_s
+        self.python = python or sys.executable
+        self.sample_rss = sample_rss
+        self.rss_interval_s = rss_interval_s
+
+        self.proc: subprocess.Popen | None = None
+        self.boot_s: float | None = None
+        self.peak_rss_bytes = 0
+        self._seen: dict[int, psutil.Process] = {}
+        self._log_fh = None
+        self._sampler: threading.Thread | None = None
+        self._sampler_stop = threading.Event()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise ServerError("server not started")
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def command(self) -> list[str]:
+        assert self.port is not None
+        return [self.python, "-m", "sglang.launch_server", "--model-path", self.model_path,
+                *BASE_ARGS, "--host", self.host, "--port", str(self.port), *self.extra_args]
+
+    def start(self) -> "SglangServer":
+        if self.proc is not None:
+            raise ServerError("server already started")
+        if self.requested_port is None:
+            self.port = pick_free_port(self.host)
+        else:
+            if not port_is_free(self.requested_port, self.host):
+                raise PortInUseError(
+                    f"port {self.requested_port} on {self.host} is already in use; "
+                    f"not launching sglang (pick another port or stop whatever listens there)")
+            self.port = self.requested_port
+        if self.log_path is None:
+            DEFAULT_LOG_DIR.mkdir(parents=True, exist_ok=True)
+            self.log_path = DEFAULT_LOG_DIR / f"sglang-{self.port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+
+        env = dict(os.environ)
+        env["SGLANG_USE_CPU_ENGINE"] = "1"  # is_cpu() true: native CPU fallbacks, no vllm RoPE
+        env["OMP_NUM_THREADS"] = str(self.omp_threads)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env.update(self.extra_env)
+
+        self._log_fh = open(self.log_path, "wb")
+        self._log_fh.write(("$ " + " ".join(self.command()) + "\n").encode())
+        self._log_fh.flush()
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(self.command(), stdout=self._log_fh, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, cwd=str(REPO_ROOT),
+                                     start_new_session=True)
+        if self.sample_rss:
+            self._sampler = threading.Thread(target=self._sample_loop, name="rss-sampler",
+                                             daemon=True)
+            self._sampler.start()
+        try:
+            self._wait_healthy(t0)
+        except BaseException:
+            self._stop_quietly()
+            raise
+        self.boot_s = time.monotonic() - t0
+        return self
+
+    def _wait_healthy(self, t0: float) -> None:
+        deadline = t0 + self.boot_timeout_s
+        url = f"{self.base_url}/health_generate"
+        while True:
+            self._remember_tree()
+            rc = self.proc.poll()
+            if rc is not None:
+                raise ServerStartError(
+                    f"sglang server exited with code {rc} before becoming healthy "
+                    f"(log {self.log_path}):\n{self.log_tail()}")
+            try:
+                if requests.get(url, timeout=10).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise ServerStartError(
+                    f"sglang server not healthy after {self.boot_timeout_s:.0f} s "
+                    f"(log {self.log_path}):\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return "<no log>"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def _remember_tree(self) -> None:
+        """Record every descendant seen, so stop() can check them even if they left the group."""
+        if self.proc is None:
+            return
+        try:
+            root = psutil.Process(self.proc.pid)
+            for p in [root, *root.children(recursive=True)]:
+                self._seen.setdefault(p.pid, p)
+        except psutil.NoSuchProcess:
+            pass
+
+    def tree_rss_bytes(self) -> int:
+        """Resident set size of the server process and all its descendants, in bytes."""
+        if self.proc is None:
+            return 0
+        try:
+            root = psutil.Process(self.proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0
+        total = 0
+        for p in procs:
+            self._seen.setdefault(p.pid, p)
+            try:
+                total += p.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+    def _sample_loop(self) -> None:
+        while not self._sampler_stop.is_set():
+            self.peak_rss_bytes = max(self.peak_rss_bytes, self.tree_rss_bytes())
+            self._sampler_stop.wait(self.rss_interval_s)
+
+    def stop(self) -> None:
+        """Terminate the whole process group by PID; raise if anything is left running."""
+        if self.proc is None:
+            return
+        self._sampler_stop.set()
+        if self._sampler is not None:
+            self._sampler.join(timeout=5)
+        self._remember_tree()
+        pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline:
+            self.proc.poll()
+            if not _group_members(pgid) and not [p for p in self._seen.values() if _alive(p)]:
+                break
+            time.sleep(0.2)
+        leftovers = {p.pid: p for p in _group_members(pgid)}
+        leftovers.update({p.pid: p for p in self._seen.values() if _alive(p)})
+        for p in leftovers.values():
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        psutil.wait_procs(list(leftovers.values()), timeout=10)
+        if self._log_fh:
+            self._log_fh.close()
+            self._log_fh = None
+        survivors = [p.pid for p in _group_members(pgid)] + [
+            p.pid for p in self._seen.values() if _alive(p)]
+        self.proc = None
+        if survivors:
+            raise ServerStopError(f"sglang processes still running after SIGKILL: "
+                                  f"{sorted(set(survivors))}")
+
+    def _stop_quietly(self) -> None:
+        try:
+            self.stop()
+        except ServerStopError as e:  # the start error is the one to report
+            print(f"[islands_harness.server] {e}", file=sys.stderr)
+
+    def __enter__(self) -> "SglangServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---- requests --------------------------------------------------------------------------
+    def generate(self, input_ids: Sequence[int], max_new_tokens: int, *, ignore_eos: bool = True,
+                 sampling_params: dict[str, Any] | None = None,
+                 timeout: float = 600.0) -> GenerateResult:
+        """One greedy (temperature 0) `/generate` request on token ids."""
+        sp = {"temperature": 0, "max_new_tokens": max_new_tokens, "ignore_eos": ignore_eos}
+        sp.update(sampling_params or {})
+        r = requests.post(f"{self.base_url}/generate",
+                          json={"input_ids": list(input_ids), "sampling_params": sp},
+                          timeout=timeout)
+        if r.status_code != 200:
+            raise ServerError(f"/generate returned {r.status_code}: {r.text[:500]}")
+        j = r.json()
+        return GenerateResult(output_ids=list(j["output_ids"]), meta_info=j.get("meta_info", {}),
+                              text=j.get("text"))
+
+    def flush_cache(self) -> None:
+        r = requests.post(f"{self.base_url}/flush_cache", timeout=60)
+        if r.status_code != 200:
+            raise ServerError(f"/flush_cache returned {r.status_code}: {r.text[:500]}")
+
+    def server_info(self) -> dict[str, Any]:
+        """GET /server_info (the same payload as the deprecated /get_server_info: server args,
+        scheduler info such as max_total_num_tokens, and per-DP internal_states)."""
+        r = requests.get(f"{self.base_url}/server_info", timeout=60)
+        r.raise_for_status()
+        return r.json()
+
+    def metrics(self) -> dict[str, float]:
+        """`/metrics` parsed to `{name: value}` (needs `--enable-metrics`)."""
+        r = requests.get(f"{self.base_url}/metrics", timeout=30)
+        r.raise_for_status()
+        return parse_prometheus(r.text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m islands_harness.server",
+        description="Boot the real SGLang server on CPU (tiny hybrid-SWA model by default) and keep "
+                    "it running until Ctrl-C. Arguments after `--` go to sglang.launch_server.",
+        epilog="example: python -m islands_harness.server --port 30000 -- --page-size 1 "
+               "--chunked-prefill-size 512 --enable-metrics")
+    ap.add_argument("--model", default=None, help="model directory (default: the tiny model)")
+    ap.add_argument("--window", type=int, default=32, help="tiny-model sliding window")
+    ap.add_argument("--port", type=int, default=None, help="default: a free port")
+    ap.add_argument("--omp-threads", type=int, default=2)
+    ap.add_argument("--log", default=None, help="server log file")
+    ap.add_argument("--boot-timeout", type=float, default=300.0)
+    ap.add_argument("extra", nargs=argparse.REMAINDER, help="-- then sglang arguments")
+    a = ap.parse_args(argv)
+    extra = a.extra[1:] if a.extra[:1] == ["--"] else a.extra
+    model = a.model
+    if model is None:
+        from islands_harness.tiny_model import build_tiny_model
+        model = build_tiny_model(window=a.window)
+    srv = SglangServer(model, extra, port=a.port, omp_threads=a.omp_threads, log_path=a.log,
+                       boot_timeout_s=a.boot_timeout)
+    srv.start()
+    print(f"sglang up at {srv.base_url} (pid {srv.pid}, boot {srv.boot_s:.1f} s, log {srv.log_path});"
+          f" Ctrl-C to stop", flush=True)
+    try:
+        while srv.proc.poll() is None:
+            time.sleep(1)
+        print(f"server exited with code {srv.proc.returncode}; log tail:\n{srv.log_tail()}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,282 @@
+"""Multi-turn chat on the real SGLang server (CPU, tiny hybrid-SWA model), one column per arm.
+
+For each arm: boot `sglang.launch_server` with the shared demo arguments plus the arm's own, run
+the same temperature-0 chat workload through the OpenAI-compatible API (`/v1/chat/completions`
+with the `openai` client; every turn re-sends the whole transcript, so each turn should hit the
+radix cache for the previous turns), sample the KV pools from `/metrics` while it runs, stop the
+server by its process group, and finally print one table with a column per arm.
+
+Arms: `ARMS` below. Adding the islands arm is one line there ("islands": ["--enable-swa-islands"]);
+`--arm NAME=ARGS` (repeatable) replaces the default set from the command line.
+
+Units: all counts are tokens. "used" is sglang's own pool accounting, `*_num_used` = pool size -
+available - evictable (held by running requests or locked in the tree), the quantity behind the
+`sglang:swa_used_tokens` / `sglang:kv_used_tokens` gauges. "peak" is the maximum over every
+scheduler step of a turn, read from the server log (`--decode-log-interval 1`; see `PoolPeaks`).
+Pool sizes and the end-of-run state come from `/metrics` (`--enable-metrics`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import re
+import shlex
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from islands_harness.server import SglangServer  # noqa: E402
+from islands_harness.tiny_model import build_tiny_model  # noqa: E402
+
+# name -> sglang arguments of that arm (on top of DEMO_SERVER_ARGS and --extra-server-args).
+ARMS: dict[str, list[str]] = {
+    "upstream": [],
+    # "islands": ["--enable-swa-islands"],
+}
+
+WINDOW = 32
+DEMO_SERVER_ARGS = [
+    "--page-size", "1",
+    "--chunked-prefill-size", "512",
+    "--max-total-tokens", "16384",
+    "--swa-full-tokens-ratio", "0.25",
+    "--enable-metrics",       # /metrics: pool gauges
+    "--enable-cache-report",  # usage.prompt_tokens_details.cached_tokens in OpenAI responses
+    "--decode-log-interval", "1",  # refresh the gauges at every decode step
+]
+
+SYSTEM_PROMPT = (
+    "You are a helpful assistant on a small boat. Answer briefly and clearly. "
+    "The sea is calm in the morning and rough in the evening; the sailors keep a log of the wind, "
+    "the waves, the stars and every port they visit. Radix trees share prefixes; sliding window "
+    "attention keeps only the most recent tokens; full attention layers keep every token. "
+) * 3
+USER_TURNS = [
+    "Hello, can you tell me a story about the sea?",
+    "What happens next, when the wind rises?",
+    "And how do the sailors find their way home at night?",
+    "Tell me the ending in one or two sentences.",
+]
+
+
+@dataclasses.dataclass
+class TurnStat:
+    conv: int
+    turn: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    latency_s: float
+    swa_used_peak: float
+    full_used_peak: float
+    reply: str
+
+
+@dataclasses.dataclass
+class ArmResult:
+    name: str
+    server_args: list[str]
+    boot_s: float = 0.0
+    wall_s: float = 0.0
+    turns: list[TurnStat] = dataclasses.field(default_factory=list)
+    swa_pool: float = 0.0
+    full_pool: float = 0.0
+    swa_used_peak: float = 0.0
+    full_used_peak: float = 0.0
+    final: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+class PoolPeaks:
+    """Per-step pool usage from the server log (`--decode-log-interval 1` logs every step).
+
+    Decode lines carry exact counts (`#full token: N`, `#swa token: N`, the same `*_num_used` as
+    the /metrics gauges); prefill lines carry only two-decimal usage ratios, converted to tokens
+    with the pool sizes (exact to +-0.5% of the pool). `peaks()` covers the log written since the
+    previous call.
+    """
+
+    _DECODE = re.compile(r"Decode batch.*?#full token: (\d+).*?#swa token: (\d+)")
+    _PREFILL = re.compile(r"Prefill batch.*?full token usage: ([\d.]+), swa token usage: ([\d.]+)")
+
+    def __init__(self, log_path: pathlib.Path, swa_pool: float, full_pool: float):
+        self.log_path, self.swa_pool, self.full_pool = log_path, swa_pool, full_pool
+        self.offset = log_path.stat().st_size
+
+    def peaks(self) -> tuple[float, float]:
+        with open(self.log_path, "rb") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+        cut = chunk.rfind(b"\n") + 1  # leave a partial last line for next time
+        self.offset += cut
+        swa = full = 0.0
+        for line in chunk[:cut].decode(errors="replace").splitlines():
+            if m := self._DECODE.search(line):
+                full, swa = max(full, float(m[1])), max(swa, float(m[2]))
+            elif m := self._PREFILL.search(line):
+                full = max(full, round(float(m[1]) * self.full_pool))
+                swa = max(swa, round(float(m[2]) * self.swa_pool))
+        return swa, full
+
+
+def log(msg: str) -> None:
+    print(f"[demo] {msg}", file=sys.stderr, flush=True)
+
+
+def run_chat(srv: SglangServer, pools: PoolPeaks, res: ArmResult, *, convs: int, turns: int,
+             max_tokens: int) -> None:
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{srv.base_url}/v1", api_key="none", timeout=300)
+    transcripts = [[{"role": "system", "content": f"Conversation {c + 1}. {SYSTEM_PROMPT}"}]
+                   for c in range(convs)]
+    for t in range(turns):
+        for c in range(convs):
+            msgs = transcripts[c]
+            msgs.append({"role": "user", "content": USER_TURNS[t % len(USER_TURNS)]})
+            pools.peaks()  # skip anything logged between turns
+            t0 = time.monotonic()
+            r = client.chat.completions.create(model="default", messages=msgs, temperature=0,
+                                               max_tokens=max_tokens)
+            dt = time.monotonic() - t0
+            time.sleep(0.05)  # the scheduler logs the last step before the reply leaves; margin
+            swa_peak, full_peak = pools.peaks()
+            reply = r.choices[0].message.content or ""
+            msgs.append({"role": "assistant", "content": reply})
+            details = r.usage.prompt_tokens_details
+            cached = (details.cached_tokens or 0) if details is not None else 0
+            st = TurnStat(c + 1, t + 1, r.usage.prompt_tokens, r.usage.completion_tokens, cached,
+                          dt, swa_peak, full_peak, reply)
+            res.turns.append(st)
+            res.swa_used_peak = max(res.swa_used_peak, swa_peak)
+            res.full_used_peak = max(res.full_used_peak, full_peak)
+            log(f"{res.name}: conv {st.conv} turn {st.turn}: prompt {st.prompt_tokens}, "
+                f"cached {st.cached_tokens}, completion {st.completion_tokens}, "
+                f"SWA used peak {swa_peak:.0f}, full used peak {full_peak:.0f}, {dt:.2f} s")
+
+
+def run_arm(name: str, arm_args: list[str], model: pathlib.Path, a) -> ArmResult:
+    args = DEMO_SERVER_ARGS + shlex.split(a.extra_server_args) + arm_args
+    res = ArmResult(name, args)
+    log(f"{name}: booting sglang ({' '.join(arm_args) or 'no arm arguments'}) ...")
+    t0 = time.monotonic()
+    with SglangServer(model, args, omp_threads=a.omp_threads,
+                      boot_timeout_s=a.boot_timeout) as srv:
+        res.boot_s = srv.boot_s
+        log(f"{name}: healthy at {srv.base_url} after {srv.boot_s:.1f} s "
+            f"(pid {srv.pid}, log {srv.log_path})")
+        m = srv.metrics()
+        res.swa_pool = sum(m.get(f"sglang:swa_{k}_tokens", 0.0)
+                           for k in ("available", "evictable", "used"))
+        res.full_pool = sum(m.get(f"sglang:kv_{k}_tokens", 0.0)
+                            for k in ("available", "evictable", "used"))
+        pools = PoolPeaks(srv.log_path, res.swa_pool, res.full_pool)
+        t_work = time.monotonic()
+        run_chat(srv, pools, res, convs=a.convs, turns=a.turns, max_tokens=a.max_tokens)
+        res.wall_s = time.monotonic() - t_work
+        res.final = {k.removeprefix("sglang:"): v for k, v in srv.metrics().items()
+                     if k.startswith(("sglang:swa_", "sglang:kv_")) and k.endswith("_tokens")}
+        log(f"{name}: stopping server pid {srv.pid}")
+    log(f"{name}: stopped ({time.monotonic() - t0:.1f} s in all)")
+    return res
+
+
+def fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.2f}" if abs(v) < 100 and v != int(v) else f"{v:.0f}"
+    return str(v)
+
+
+def print_table(title: str, header: list[str], rows: list[list]) -> None:
+    cells = [header] + [[fmt(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    print(f"\n{title}")
+    for i, r in enumerate(cells):
+        print("  ".join(c.ljust(w) if j == 0 else c.rjust(w)
+                        for j, (c, w) in enumerate(zip(r, widths))))
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def report(results: list[ArmResult]) -> None:
+    names = [r.name for r in results]
+    summary = [
+        ["requests"] + [len(r.turns) for r in results],
+        ["prompt tokens"] + [sum(t.prompt_tokens for t in r.turns) for r in results],
+        ["completion tokens"] + [sum(t.completion_tokens for t in r.turns) for r in results],
+        ["cached tokens"] + [sum(t.cached_tokens for t in r.turns) for r in results],
+        ["cache hit %"] + [100.0 * sum(t.cached_tokens for t in r.turns)
+                           / max(1, sum(t.prompt_tokens for t in r.turns)) for r in results],
+        ["SWA pool (tokens)"] + [r.swa_pool for r in results],
+        ["full pool (tokens)"] + [r.full_pool for r in results],
+        ["SWA used, peak"] + [r.swa_used_peak for r in results],
+        ["full used, peak"] + [r.full_used_peak for r in results],
+        ["SWA used, end"] + [r.final.get("swa_used_tokens", 0.0) for r in results],
+        ["SWA evictable, end"] + [r.final.get("swa_evictable_tokens", 0.0) for r in results],
+        ["full evictable, end"] + [r.final.get("kv_evictable_tokens", 0.0) for r in results],
+        ["boot to healthy (s)"] + [r.boot_s for r in results],
+        ["workload wall (s)"] + [r.wall_s for r in results],
+    ]
+    print_table("Summary (tokens unless noted)", ["metric"] + names, summary)
+    header = ["conv.turn", "prompt"]
+    for n in names:
+        header += [f"{n}:cached", f"{n}:SWA peak", f"{n}:full peak"]
+    rows = []
+    for i, t in enumerate(results[0].turns):
+        row = [f"{t.conv}.{t.turn}", t.prompt_tokens]
+        for r in results:
+            u = r.turns[i]
+            row += [u.cached_tokens, u.swa_used_peak, u.full_used_peak]
+        rows.append(row)
+    print_table("Per turn", header, rows)
+    if len(results) > 1:
+        same = all([t.reply for t in r.turns] == [t.reply for t in results[0].turns]
+                   for r in results[1:])
+        print(f"\nreplies identical across arms: {'yes' if same else 'NO'}")
+
+
+def parse_arm(spec: str) -> tuple[str, list[str]]:
+    name, sep, args = spec.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"--arm expects NAME=ARGS, got {spec!r}")
+    return name, shlex.split(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description="Multi-turn chat demo on the real SGLang server (CPU, tiny hybrid-SWA model).",
+        epilog="example: scripts/demo.sh --arm upstream= --arm 'islands=--enable-swa-islands'")
+    ap.add_argument("--arm", action="append", type=parse_arm, metavar="NAME=ARGS",
+                    help=f"an arm to run (repeatable; replaces the default arms {list(ARMS)})")
+    ap.add_argument("--extra-server-args", default="",
+                    help="sglang arguments added to every arm, e.g. '--max-running-requests 4'")
+    ap.add_argument("--convs", type=int, default=2, help="conversations (interleaved)")
+    ap.add_argument("--turns", type=int, default=4, help="turns per conversation")
+    ap.add_argument("--max-tokens", type=int, default=48, help="max completion tokens per turn")
+    ap.add_argument("--omp-threads", type=int, default=2)
+    ap.add_argument("--boot-timeout", type=float, default=300.0)
+    ap.add_argument("--json", default=None, help="also write the results as JSON to this file")
+    a = ap.parse_args(argv)
+    arms = dict(a.arm) if a.arm else dict(ARMS)
+
+    t0 = time.monotonic()
+    log("building (or reusing) the tiny model ...")
+    model = build_tiny_model(window=WINDOW)
+    log(f"model {model} ready in {time.monotonic() - t0:.1f} s")
+    results = [run_arm(name, args, model, a) for name, args in arms.items()]
+    report(results)
+    if a.json:
+        out = {"command": [sys.executable, *sys.argv], "model": str(model),
+               "arms": [dataclasses.asdict(r) for r in results]}
+        pathlib.Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        pathlib.Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
+        log(f"results written to {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Fast checks of the server harness pieces that need no server: tiny model, oracle, helpers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+
+import pytest
+
+from islands_harness import tiny_model as tm
+from islands_harness.server import (BASE_ARGS, SglangServer, parse_prometheus, pick_free_port,
+                                    port_is_free)
+
+
+def _digest(path):
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted(path.iterdir()) if f.is_file()}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny") / "model"
+    return tm.build_tiny_model(out, window=16, layers=4, hidden=64, vocab=512, seed=3)
+
+
+def test_layer_types_alternate_sliding_and_full_and_end_full():
+    assert tm.layer_types_for(4) == ["sliding_attention", "full_attention"] * 2
+    assert tm.layer_types_for(3) == ["sliding_attention", "full_attention", "full_attention"]
+
+
+def test_default_dir_names_every_parameter():
+    d = tm.default_model_dir(window=32, layers=4, hidden=128, vocab=1024, seed=0)
+    assert d.name == "tiny-laguna-w32-l4-h128-v1024-s0" and d.parent == tm.DEFAULT_CACHE
+
+
+def test_tiny_model_is_hybrid_dense_fp32_with_chat_template(built):
+    cfg = json.loads((built / "config.json").read_text())
+    assert cfg["architectures"] == ["LagunaForCausalLM"]
+    assert cfg["sliding_window"] == 16 and cfg["dtype"] == "float32"
+    assert set(cfg["layer_types"]) == {"sliding_attention", "full_attention"}
+    assert cfg["layer_types"][-1] == "full_attention"
+    assert cfg["mlp_layer_types"] == ["dense"] * 4
+    assert cfg["vocab_size"] % 64 == 0
+    tok_cfg = json.loads((built / "tokenizer_config.json").read_text())
+    assert tok_cfg["chat_template"] == tm.CHAT_TEMPLATE
+    assert (built / tm.MARKER).is_file()
+
+
+def test_tiny_model_build_is_deterministic(built, tmp_path):
+    again = tm.build_tiny_model(tmp_path / "again", window=16, layers=4, hidden=64, vocab=512,
+                                seed=3)
+    assert _digest(again) == _digest(built)
+
+
+def test_complete_dir_is_reused_and_half_built_dir_is_rebuilt(built, tmp_path):
+    before = (built / "model.safetensors").stat().st_mtime_ns
+    assert tm.build_tiny_model(built, window=16, layers=4, hidden=64, vocab=512, seed=3) == built
+    assert (built / "model.safetensors").stat().st_mtime_ns == before
+
+    half = tmp_path / "half"
+    half.mkdir()
+    (half / "config.json").write_text("{}")  # no marker: an interrupted build
+    out = tm.build_tiny_model(half, window=16, layers=4, hidden=64, vocab=512, seed=3)
+    assert out == half.resolve() and tm.is_complete(out)
+    assert _digest(out) == _digest(built)
+
+
+def test_oracle_returns_exactly_max_new_tokens_greedy(built):
+    from islands_harness.hf_oracle import greedy_decode
+    prompts = [list(range(4, 40)), [5, 6, 7]]
+    a = greedy_decode(built, prompts, [12, 5])
+    assert [len(x) for x in a] == [12, 5]
+    assert greedy_decode(built, prompts, [12, 5]) == a  # deterministic
+    assert len(set(a[0])) > 1  # peaky random weights: not a single repeated token
+
+
+def test_parse_prometheus_reads_gauges_and_skips_comments():
+    text = ('# HELP sglang:swa_used_tokens x\n# TYPE sglang:swa_used_tokens gauge\n'
+            'sglang:swa_used_tokens{model_name="m",engine_type="unified"} 57.0\n'
+            'sglang:kv_used_tokens 3\n')
+    assert parse_prometheus(text) == {"sglang:swa_used_tokens": 57.0, "sglang:kv_used_tokens": 3.0}
+
+
+def test_free_port_leaves_room_for_sglang_derived_ports():
+    p = pick_free_port()
+    assert 20000 <= p < 45000 and port_is_free(p)
+
+
+def test_command_puts_caller_args_after_the_cpu_base_args():
+    srv = SglangServer("/m", ["--page-size", "1"], port=12345)
+    srv.port = 12345
+    cmd = srv.command()
+    assert cmd[1:5] == ["-m", "sglang.launch_server", "--model-path", "/m"]
+    assert cmd[5:5 + len(BASE_ARGS)] == list(BASE_ARGS)
+    assert cmd[-2:] == ["--page-size", "1"]
+    assert "--port" in cmd and cmd[cmd.index("--port") + 1] == "12345"
+
+
+def test_port_is_free_sees_a_listening_socket():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        assert not port_is_free(s.getsockname()[1])
