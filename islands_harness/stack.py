@@ -106,10 +106,13 @@ def env_overrides(env: Dict[str, str]) -> Iterator[None]:
 
 
 def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
+    """``ISLANDS_TEST_DEVICE=cuda`` builds the same stack on a GPU (``scripts/gpu_check.sh``)."""
     cfg = cfg or StackConfig(**kw)
-    if cfg.page > 1:
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+    device = os.environ.get("ISLANDS_TEST_DEVICE", "cpu")
+    if device == "cpu":
+        if cfg.page > 1:
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+        os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     logging.getLogger("sglang").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore")
     import torch
@@ -125,7 +128,7 @@ def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
 
     sa = ServerArgs(
         model_path=laguna_config_dir(cfg.window),
-        device="cpu",
+        device=device,
         attention_backend="torch_native",
         page_size=cfg.page,
         chunked_prefill_size=cfg.chunk,
@@ -142,7 +145,7 @@ def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
     req_to_token_pool = ReqToTokenPool(
         size=cfg.max_reqs,
         max_context_len=mc.context_len + get_req_to_token_extra_context_len(sa),
-        device="cpu",
+        device=device,
         enable_memory_saver=False,
     )
     kv_pool = SWAKVPool(
@@ -154,7 +157,7 @@ def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
         head_dim=mc.head_dim,
         swa_attention_layer_ids=mc.swa_attention_layer_ids,
         full_attention_layer_ids=mc.full_attention_layer_ids,
-        device="cpu",
+        device=device,
         enable_kv_cache_copy=False,
         token_to_kv_pool_class=MHATokenToKVPool,
     )
@@ -163,7 +166,7 @@ def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
         cfg.swa_pool,
         page_size=cfg.page,
         dtype=torch.float32,
-        device="cpu",
+        device=device,
         kvcache=kv_pool,
         need_sort=False,
     )
