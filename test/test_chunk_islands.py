@@ -369,3 +369,34 @@ def test_randomized_operation_sequences_keep_every_invariant(seed):
             stack.tree.sanity_check()
     sched.run(after_step=lambda: check_invariants(stack, sched.running))
     assert_pools_back_to_baseline(stack)
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_without_stream_ordering_middle_commits_keep_the_inflight_chunk_window(ordered):
+    """Backends without the WAR barrier (ROCm/NPU, overlap on): a middle-chunk commit must not free
+    what the chunk still in flight reads, so its frontier is taken from the chunk's start. With
+    stream ordering (CUDA barrier, CPU) the commit may free into that window: nothing reads it."""
+    stack = build_stack(window=32, chunk=128)
+    tree = stack.tree
+    assert tree._stream_ordered  # CPU: the forward is done when run_batch returns
+    tree._stream_ordered = ordered
+    rng = random.Random(10)
+    sched = MiniScheduler(stack)
+    req = sched.submit("a", random_prompt(rng, 700), 8)
+    w = tree.window
+    inflight_window_freed = []
+
+    def on_event(label, reqs):
+        if label == "chunk_commit":
+            lo = max(req.extend_range.start - tree.sliding_window_size, 0)
+            locs = stack.req_to_token_pool.req_to_token[req.req_pool_idx, lo : req.extend_range.end]
+            live = stack.allocator.full_to_swa_index_mapping[locs.long()] > 0
+            inflight_window_freed.append(not bool(live.all()))
+            assert req_locked_swa(stack, req) <= (w + 1 if ordered else 128 + w + 1)
+        check_invariants(stack, sched.running)
+
+    sched.on_event = on_event
+    sched.run()
+    assert tree.stats.chunk_islands >= 4
+    assert any(inflight_window_freed) == ordered, inflight_window_freed
+    assert_pools_back_to_baseline(stack)
