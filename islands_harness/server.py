@@ -389,6 +389,21 @@ class SglangServer:
         return parse_prometheus(r.text)
 
 
+def raise_keyboard_interrupt_on_signals() -> None:
+    """SIGINT and SIGTERM both raise KeyboardInterrupt, so `with SglangServer(...)` / `finally:
+    stop()` run. (A process started in the background by a non-interactive shell inherits SIGINT
+    ignored, and an unhandled SIGTERM would skip cleanup and orphan the server.)"""
+    fired = []
+
+    def _raise(signum, frame):
+        if fired:  # already stopping: let cleanup finish
+            return
+        fired.append(signum)
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGINT, _raise)
+    signal.signal(signal.SIGTERM, _raise)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m islands_harness.server",
@@ -411,7 +426,12 @@ def main(argv: list[str] | None = None) -> int:
         model = build_tiny_model(window=a.window)
     srv = SglangServer(model, extra, port=a.port, omp_threads=a.omp_threads, log_path=a.log,
                        boot_timeout_s=a.boot_timeout)
-    srv.start()
+    raise_keyboard_interrupt_on_signals()
+    try:
+        srv.start()
+    except KeyboardInterrupt:
+        print("interrupted while booting; the server was stopped", flush=True)
+        return 130  # start() already stopped what it launched
     print(f"sglang up at {srv.base_url} (pid {srv.pid}, boot {srv.boot_s:.1f} s, log {srv.log_path});"
           f" Ctrl-C to stop", flush=True)
     try:
@@ -419,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1)
         print(f"server exited with code {srv.proc.returncode}; log tail:\n{srv.log_tail()}")
     except KeyboardInterrupt:
-        pass
+        print("stopping", flush=True)
     finally:
         srv.stop()
     return 0

@@ -30,7 +30,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from islands_harness.server import SglangServer  # noqa: E402
+from islands_harness.server import (SglangServer,  # noqa: E402
+                                    raise_keyboard_interrupt_on_signals)
 from islands_harness.tiny_model import build_tiny_model  # noqa: E402
 
 # name -> sglang arguments of that arm (on top of DEMO_SERVER_ARGS and --extra-server-args).
@@ -262,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="also write the results as JSON to this file")
     a = ap.parse_args(argv)
     arms = dict(a.arm) if a.arm else dict(ARMS)
+    raise_keyboard_interrupt_on_signals()  # Ctrl-C / SIGTERM still stop the server by its PID
 
     t0 = time.monotonic()
     log("building (or reusing) the tiny model ...")
