@@ -33,7 +33,7 @@ WINDOW = 32
 CHUNK = 64
 MAX_NEW = 24
 CONCURRENCY = 8
-REQUEST_TIMEOUT_S = 120
+REQUEST_TIMEOUT_S = 300
 SERVER_ARGS = [
     "--page-size", "1",
     "--chunked-prefill-size", str(CHUNK),
