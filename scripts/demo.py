@@ -37,7 +37,7 @@ from islands_harness.tiny_model import build_tiny_model  # noqa: E402
 # name -> sglang arguments of that arm (on top of DEMO_SERVER_ARGS and --extra-server-args).
 ARMS: dict[str, list[str]] = {
     "upstream": [],
-    # "islands": ["--enable-swa-islands"],
+    "islands": ["--enable-swa-islands"],
 }
 
 WINDOW = 32
