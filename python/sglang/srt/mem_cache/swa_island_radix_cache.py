@@ -34,9 +34,9 @@ Invariants kept (checked by ``islands_harness.invariants`` in tests):
 - a prefix match never ends where the preceding ``window_left`` tokens are not live
   (``SWARadixCache._match_prefix_helper``'s rule; islands are ``>= w`` tokens long);
 - full-pool KV is never freed by the island path; SWA slots are freed only through
-  ``free_swa``, whose mapping read-then-zero makes a second free of the same slot a no-op; one
-  island free call never contains a duplicate slot (``unique`` for ``p == 1``; ``free_swa`` expands
-  to unique pages for ``p > 1``).
+  ``free_swa``, whose mapping read-then-zero makes a second free of the same slot a no-op; the
+  slots of one island free call are disjoint by construction (a slice of the request's own row
+  plus distinct tree nodes), so one call never frees a slot twice either.
 
 Ordering with the overlap scheduler (why freeing at commit is safe):
 
@@ -64,6 +64,7 @@ import torch
 
 from sglang.srt.mem_cache.base_prefix_cache import (
     DecLockRefParams,
+    IncLockRefResult,
     InsertParams,
     InsertResult,
     MatchPrefixParams,
@@ -227,9 +228,14 @@ class SWAIslandRadixCache(SWARadixCache):
         params = dataclasses.replace(
             params, swa_evicted_seqlen=max(params.swa_evicted_seqlen, frontier)
         )
-        result = super().insert(params)
-        self._split_path_at(params.key, frontier)
-        return result
+        return super().insert(params)
+
+    def inc_lock_ref(self, node: TreeNode) -> IncLockRefResult:
+        """During an island commit, first split the live node straddling the frontier, so the
+        node-granular SWA lock covers only the island ``[frontier, ..)``."""
+        if self._pending_frontier is not None:
+            self._split_path_at(node, self._pending_frontier)
+        return super().inc_lock_ref(node)
 
     # ---- decode ------------------------------------------------------------------------------
 
@@ -353,25 +359,21 @@ class SWAIslandRadixCache(SWARadixCache):
 
     # ---- helpers ------------------------------------------------------------------------------
 
-    def _split_path_at(self, key, frontier: int) -> None:
-        """Split the live node of ``key``'s tree path that straddles ``frontier``.
-
-        Makes the island start at a node boundary, so the request's SWA lock (node-granular)
-        covers only ``[frontier, ..)`` and the part below can be tombstoned.
-        """
-        key, _ = key.maybe_to_bigram_view(self.is_eagle, None)
-        key = key.page_aligned(self.page_size)
-        node, pos = self.root_node, 0
-        while pos < frontier and pos < len(key):
-            child = node.children.get(key[pos:].child_key(self.page_size))
-            if child is None:
-                return
-            end = pos + len(child.key)
+    def _split_path_at(self, last_node: TreeNode, frontier: int) -> None:
+        """Split the live node on the path root..``last_node`` that straddles ``frontier``."""
+        path = []
+        node = last_node
+        while node is not self.root_node:
+            path.append(node)
+            node = node.parent
+        pos = 0
+        for node in reversed(path):
+            end = pos + len(node.value)
             if end > frontier:
-                if not child.swa_tombstone:
-                    self._split_node(child.key, child, frontier - pos)
+                if pos < frontier and not node.swa_tombstone:
+                    self._split_node(node.key, node, frontier - pos)
                 return
-            node, pos = child, end
+            pos = end
 
     def _tombstone_path_below(
         self, last_node: TreeNode, frontier: int, keep: Tuple[int, int] = (0, 0)
@@ -398,13 +400,19 @@ class SWAIslandRadixCache(SWARadixCache):
         return dead
 
     def _free_swa_once(self, values: List[torch.Tensor]) -> None:
-        """Free the SWA slots of ``values`` in one ``free_swa`` call, each slot at most once."""
+        """Free the SWA slots of ``values`` in one ``free_swa`` call.
+
+        The parts are disjoint by construction: a slice of the request's own ``req_to_token`` row
+        (request-owned slots, captured before the insert) and the values of distinct tree nodes
+        that were live before this commit; each holds unique slots. ``free_swa`` reads the
+        full->SWA mapping, frees only entries ``> 0`` and zeroes them, so a slot freed by an
+        earlier call (or by the insert's own deduplication) is not freed again. One call means
+        one host synchronisation (``free_swa``'s filter), the only one the island path adds.
+        """
         values = [v for v in values if v.numel() > 0]
         if not values:
             return
         idx = torch.cat(values) if len(values) > 1 else values[0]
-        if self.page_size == 1:
-            idx = torch.unique(idx)  # free_swa does not deduplicate within one call at p == 1
         allocator = self.token_to_kv_pool_allocator
         before = allocator.swa_available_size()
         allocator.free_swa(idx)
