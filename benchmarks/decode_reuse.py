@@ -1,0 +1,455 @@
+#!/usr/bin/env python
+"""Decode-region reuse benchmark on the real SGLang server (CPU, tiny hybrid-SWA model): how much
+of a running (or just finished) request's output the next request finds in the radix cache, what
+that saves in prefill, and what the SWA pool holds, for upstream SGLang and SWA islands.
+
+Both arms boot `python -m sglang.launch_server` (through `islands_harness.server.SglangServer`) with
+identical arguments (`SERVER_ARGS`: window 32, page 1, chunked prefill 512 so the default
+decode-island interval is 512/4 = 128, `--decode-log-interval 1`, `--enable-metrics`); `islands`
+adds `--enable-swa-islands`. One run does both arms, one after the other, with the same seeded
+workload. The radix cache is flushed between phases, so the phases do not feed each other:
+
+1. `follow_up`: request A (prompt `--prompt-len`) streams; once it has generated
+   >= k*128 + delta tokens, B = A's prompt + A's output so far + 20 new tokens is sent while A still
+   runs. `hit_tokens_on_running_output` = B's cached_tokens - len(prompt) (>= 0);
+   `expected_min_hit_tokens` = k*128 for islands (the decode-island floor at page 1) and 0 for
+   upstream (which caches a running request's prompt only).
+2. `conversation_<mode>`: one conversation of `--turns` turns shaped like the measured upstream
+   baseline (prompt 2000, 300 tokens per turn, 50 new user tokens): each turn re-sends the
+   transcript. `after_finish`: a turn is sent when the previous one finished; `while_running`: as
+   soon as the previous turn has streamed its tokens (it keeps running `--run-on` more).
+3. `agents`: `--agents` concurrent seeded agents (prompt, per-turn output and tool-result lengths
+   drawn from the seed), each a `while_running` conversation of `--turns` turns: the agent sends
+   its next turn (transcript + tool result) as soon as the previous turn has streamed the tokens
+   it acts on, while that turn still runs.
+
+Measured per arm and phase:
+
+- cached-token share per turn: sum(cached_tokens) / sum(prompt_tokens) over the agents' turn j;
+- prefill tokens computed: sum over requests of prompt_tokens - cached_tokens (client view), and
+  the sum of the scheduler's `Prefill batch ... #new-token` (server view, log);
+- peak SWA pool use (`peak_swa_used`): max of `#swa token` on the `Decode batch` lines (exact,
+  every step with `--decode-log-interval 1`; `peak_swa_used_decode`) and `swa token usage` x
+  pool size on `Prefill batch` lines (a two-decimal ratio: +-0.005 x pool;
+  `peak_swa_used_prefill`), plus the max of `sglang:swa_used_tokens` sampled from /metrics every
+  0.25 s (`peak_swa_used_metrics`; misses short peaks);
+- decode islands inserted (`sglang:swa_island_inserts_total{kind="decode"}`, islands only);
+- whether every output equals the upstream arm's (token ids, temperature 0).
+
+Examples::
+
+    .venv/bin/python benchmarks/decode_reuse.py --quick
+    .venv/bin/python benchmarks/decode_reuse.py --json benchmarks/results/decode_reuse.json \\
+        --md benchmarks/results/decode_reuse.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import random
+import shlex
+import sys
+import threading
+import time
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from islands_harness.decode_reuse import (  # noqa: E402
+    LogScan,
+    SwaSampler,
+    Turn,
+    conversation,
+    follow_up_while_running,
+    island_inserts,
+    metrics_text,
+    random_ids,
+)
+from islands_harness.server import SglangServer  # noqa: E402
+
+WINDOW = 32
+PAGE = 1
+CHUNK = 512
+SERVER_ARGS = [
+    "--page-size", str(PAGE),
+    "--chunked-prefill-size", str(CHUNK),
+    "--max-total-tokens", "65536",
+    "--swa-full-tokens-ratio", "0.25",
+    "--max-running-requests", "16",
+    "--enable-metrics",
+    "--decode-log-interval", "1",
+]
+ARMS = {"upstream": [], "islands": ["--enable-swa-islands"]}
+# The upstream baseline measured on this model and shape (prompt 2000, 300 tokens per turn,
+# 50 user tokens; /work/shared/reference/cpu-spike/baseline, multiturn): cached / prompt tokens.
+BASELINE = {
+    "follow_up_cached_at_150_generated": [2000, 2150],
+    "follow_up_cached_after_finish": [2149, 2150],
+    "conversation_after_finish_turns_2_3": [[2300, 2350], [2650, 2700]],
+}
+
+T0 = time.monotonic()
+
+
+def progress(msg: str) -> None:
+    print(f"[decode_reuse {time.monotonic() - T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclasses.dataclass
+class Shape:
+    prompt_len: int
+    k: int
+    delta: int
+    turns: int
+    gen: int
+    user: int
+    run_on: int
+    agents: int
+    agent_prompt: tuple[int, int]
+    agent_gen: tuple[int, int]
+    agent_tool: tuple[int, int]
+    modes: tuple[str, ...]
+    seed: int
+    interval: int = CHUNK // 4
+
+
+def quick_shape(seed: int) -> Shape:
+    return Shape(prompt_len=1000, k=1, delta=8, turns=2, gen=160, user=50, run_on=16, agents=2,
+                 agent_prompt=(800, 1200), agent_gen=(140, 180), agent_tool=(30, 80),
+                 modes=("while_running",), seed=seed)
+
+
+def full_shape(a: argparse.Namespace) -> Shape:
+    return Shape(prompt_len=a.prompt_len, k=a.k, delta=a.delta, turns=a.turns, gen=a.gen,
+                 user=a.user, run_on=a.run_on, agents=a.agents,
+                 agent_prompt=tuple(a.agent_prompt), agent_gen=tuple(a.agent_gen),
+                 agent_tool=tuple(a.agent_tool), modes=tuple(a.modes.split(",")), seed=a.seed)
+
+
+# ---- one phase ---------------------------------------------------------------------------------
+
+
+class Phase:
+    """Log scan + /metrics sampler + timer around one phase of the workload."""
+
+    def __init__(self, srv: SglangServer, swa_pool: int, name: str):
+        self.srv, self.name = srv, name
+        self.scan = LogScan(srv.log_path, swa_pool)
+        self.sampler = SwaSampler(srv)
+
+    def __enter__(self) -> "Phase":
+        self.srv.flush_cache()
+        self.scan.reset()
+        self.t0 = time.monotonic()
+        self.sampler.__enter__()
+        progress(f"  phase {self.name}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sampler.__exit__(*exc)
+        self.seconds = time.monotonic() - self.t0
+        time.sleep(0.3)  # the last step's log line
+        self.stats = self.scan.stats()
+
+    def summary(self, requests: list[tuple[int, int]]) -> dict[str, Any]:
+        """`requests`: (prompt_tokens, cached_tokens) of every request of the phase."""
+        return {
+            "requests": len(requests),
+            "prompt_tokens": sum(p for p, _ in requests),
+            "cached_tokens": sum(c for _, c in requests),
+            "prefill_tokens_computed": sum(p - c for p, c in requests),
+            "prefill_new_tokens_log": self.stats.prefill_new_tokens,
+            "peak_swa_used": self.stats.peak_swa_used,
+            "peak_swa_used_decode": self.stats.peak_swa_used_decode,
+            "peak_swa_used_prefill": self.stats.peak_swa_used_prefill,
+            "peak_swa_used_metrics": int(self.sampler.peak),
+            "seconds": round(self.seconds, 1),
+        }
+
+
+def turn_rows(turns: list[Turn]) -> list[dict[str, Any]]:
+    return [t.row() for t in turns]
+
+
+def run_arm(model: pathlib.Path, vocab_hi: int, arm: str, shape: Shape,
+            extra_args: list[str]) -> dict[str, Any]:
+    srv = SglangServer(model, SERVER_ARGS + ARMS[arm] + extra_args, boot_timeout_s=900)
+    progress(f"{arm}: booting")
+    srv.start()
+    progress(f"{arm}: up in {srv.boot_s:.0f} s (log {srv.log_path})")
+    outputs: dict[str, list[int]] = {}
+    phases: dict[str, dict[str, Any]] = {}
+    log = lambda m: progress(f"  {arm}: {m}")  # noqa: E731
+    try:
+        m = srv.metrics()
+        swa_pool = int(m["sglang:swa_available_tokens"] + m["sglang:swa_evictable_tokens"]
+                       + m["sglang:swa_used_tokens"])
+        full_pool = int(m["sglang:kv_available_tokens"] + m["sglang:kv_evictable_tokens"]
+                        + m["sglang:kv_used_tokens"])
+        rng = random.Random(shape.seed)
+
+        # 1. follow-up while running
+        with Phase(srv, swa_pool, "follow_up") as ph:
+            prompt = random_ids(rng, shape.prompt_len, vocab_hi)
+            fu = follow_up_while_running(
+                srv, prompt, k=shape.k, delta=shape.delta, interval=shape.interval,
+                a_max_new=shape.k * shape.interval + shape.delta + 96,
+                b_new=random_ids(rng, 20, vocab_hi), log=log)
+        outputs["follow_up/A"], outputs["follow_up/B"] = fu.a_output_ids, fu.b_output_ids
+        phases["follow_up"] = {
+            **ph.summary([(fu.prompt_len, 0), (fu.b_prompt_len, fu.b_cached_tokens)]),
+            "prompt_len": fu.prompt_len, "generated_at_send": fu.generated_at_send,
+            "b_prompt_len": fu.b_prompt_len, "b_cached_tokens": fu.b_cached_tokens,
+            "a_running_when_b_done": fu.a_running_when_b_done,
+        }
+
+        # 2. the baseline-shaped conversation
+        for mode in shape.modes:
+            crng = random.Random(f"{shape.seed}/conversation")
+            first = random_ids(crng, shape.prompt_len, vocab_hi)
+            users = [random_ids(crng, shape.user, vocab_hi) for _ in range(shape.turns - 1)]
+            with Phase(srv, swa_pool, f"conversation_{mode}") as ph:
+                turns = conversation(srv, first, users, gen=shape.gen, mode=mode,
+                                     run_on=shape.run_on, log=log)
+            for t in turns:
+                outputs[f"conversation_{mode}/turn{t.turn}"] = t.output_ids
+            # cached of turn 1 is a cold prompt: 0
+            phases[f"conversation_{mode}"] = {
+                **ph.summary([(t.prompt_len, t.cached_tokens) for t in turns]),
+                "turns": turn_rows(turns)}
+
+        # 3. concurrent agents (while_running)
+        arng = random.Random(f"{shape.seed}/agents")
+        plans = []
+        for i in range(shape.agents):
+            first = random_ids(arng, arng.randint(*shape.agent_prompt), vocab_hi)
+            gens = [arng.randint(*shape.agent_gen) for _ in range(shape.turns)]
+            tools = [random_ids(arng, arng.randint(*shape.agent_tool), vocab_hi)
+                     for _ in range(shape.turns - 1)]
+            plans.append((first, gens, tools))
+        results: dict[int, list[Turn]] = {}
+        errors: list[BaseException] = []
+
+        def agent(i: int) -> None:
+            first, gens, tools = plans[i]
+            try:
+                results[i] = conversation(srv, first, tools, gen=gens, mode="while_running",
+                                          run_on=shape.run_on, log=log, name=f" agent{i}")
+            except BaseException as e:  # re-raised below
+                errors.append(e)
+
+        with Phase(srv, swa_pool, "agents") as ph:
+            threads = [threading.Thread(target=agent, args=(i,)) for i in range(shape.agents)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        if errors:
+            raise errors[0]
+        per_turn = []
+        for j in range(shape.turns):
+            ts = [results[i][j] for i in range(shape.agents)]
+            prompt_tok = sum(t.prompt_len for t in ts)
+            cached = sum(t.cached_tokens for t in ts)
+            prev = [t.prev_output_covered for t in ts if t.prev_output_covered is not None]
+            per_turn.append({
+                "turn": j + 1, "prompt_tokens": prompt_tok, "cached_tokens": cached,
+                "cached_share": round(cached / prompt_tok, 4),
+                "prev_output_tokens_resent": sum(t.prev_transcript_len - t.prev_prompt_len
+                                                 for t in ts if t.prev_prompt_len is not None),
+                "prev_output_tokens_hit": sum(prev) if prev else None,
+                "prev_running_at_admit": sum(bool(t.prev_running_at_admit) for t in ts),
+            })
+        for i, ts in results.items():
+            for t in ts:
+                outputs[f"agents/agent{i}/turn{t.turn}"] = t.output_ids
+        phases["agents"] = {
+            **ph.summary([(t.prompt_len, t.cached_tokens) for ts in results.values() for t in ts]),
+            "per_turn": per_turn,
+            "turns": {f"agent{i}": turn_rows(ts) for i, ts in sorted(results.items())}}
+
+        time.sleep(0.5)
+        decode_islands = island_inserts(metrics_text(srv), "decode")
+        chunk_islands = island_inserts(metrics_text(srv), "chunk")
+    finally:
+        srv.stop()
+    progress(f"{arm}: done, server stopped")
+    hit = max(0, fu.b_cached_tokens - fu.prompt_len)
+    return {
+        "hit_tokens_on_running_output": hit,
+        "expected_min_hit_tokens": shape.k * shape.interval if arm == "islands" else 0,
+        "follow_up_b_cached_tokens": fu.b_cached_tokens,
+        "prefill_tokens_computed": sum(p["prefill_tokens_computed"] for p in phases.values()),
+        "prefill_new_tokens_log": sum(p["prefill_new_tokens_log"] for p in phases.values()),
+        "peak_swa_used": max(p["peak_swa_used"] for p in phases.values()),
+        "peak_swa_used_decode": max(p["peak_swa_used_decode"] for p in phases.values()),
+        "peak_swa_used_prefill": max(p["peak_swa_used_prefill"] for p in phases.values()),
+        "peak_swa_used_metrics": max(p["peak_swa_used_metrics"] for p in phases.values()),
+        "prefill_usage_resolution_tokens": round(0.005 * swa_pool),
+        "swa_pool_tokens": swa_pool,
+        "full_pool_tokens": full_pool,
+        "cached_share_per_turn": [t["cached_share"] for t in phases["agents"]["per_turn"]],
+        "decode_islands": decode_islands,
+        "chunk_islands": chunk_islands,
+        "phases": phases,
+        "boot_s": round(srv.boot_s, 1),
+        "log": str(srv.log_path),
+        "_outputs": outputs,
+    }
+
+
+# ---- report ------------------------------------------------------------------------------------
+
+
+def compare_outputs(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    up, isl = arms["upstream"]["_outputs"], arms["islands"]["_outputs"]
+    diff = {}
+    for name in sorted(set(up) | set(isl)):
+        a, b = up.get(name), isl.get(name)
+        if a != b:
+            first = None if a is None or b is None else next(
+                (i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            diff[name] = {"first_diff": first}
+    return {"requests_compared": len(set(up) | set(isl)), "differ": diff,
+            "all_equal": not diff}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    arms = result["arms"]
+    names = list(arms)
+    sh = result["shape"]
+    lines = [
+        f"### Decode-region reuse on the real server: tiny Laguna, window {WINDOW}, page {PAGE}, "
+        f"chunked prefill {CHUNK} (decode-island interval {sh['interval']})",
+        "",
+        f"Command: `{result['command']}`",
+        "",
+        "| metric | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+
+    def row(label, fn):
+        lines.append(f"| {label} | " + " | ".join(str(fn(arms[n])) for n in names) + " |")
+
+    fu = lambda a: a["phases"]["follow_up"]  # noqa: E731
+    row(f"(a) follow-up: B cached / B prompt (A prompt {sh['prompt_len']}, B sent at A's n-th "
+        f"token)", lambda a: f"{fu(a)['b_cached_tokens']} / {fu(a)['b_prompt_len']} "
+        f"(n={fu(a)['generated_at_send']})")
+    row("(a) hit tokens on A's running output / expected min",
+        lambda a: f"{a['hit_tokens_on_running_output']} / {a['expected_min_hit_tokens']}")
+    row("(a) A still running when B returned", lambda a: fu(a)["a_running_when_b_done"])
+    for mode in sh["modes"]:
+        key = f"conversation_{mode}"
+
+        def turns(a, key=key):
+            return ", ".join(f"{t['cached_tokens']}/{t['prompt_len']}"
+                             for t in a["phases"][key]["turns"][1:])
+
+        def covered(a, key=key):
+            return ", ".join(f"{t['prev_output_covered']}/{t['prev_transcript_len'] - t['prev_prompt_len']}"
+                             for t in a["phases"][key]["turns"][1:])
+        row(f"(b) conversation {mode}: turns 2.. cached / prompt", turns)
+        row(f"(b) conversation {mode}: previous output hit / re-sent", covered)
+    row("agents: cached-token share per turn", lambda a: ", ".join(
+        f"{s:.3f}" for s in a["cached_share_per_turn"]))
+    row("agents: previous output hit / re-sent (turns 2..)", lambda a: ", ".join(
+        f"{t['prev_output_tokens_hit']}/{t['prev_output_tokens_resent']}"
+        for t in a["phases"]["agents"]["per_turn"][1:]))
+    row("agents: prefill tokens computed (client / log #new-token)", lambda a: (
+        f"{a['phases']['agents']['prefill_tokens_computed']} / "
+        f"{a['phases']['agents']['prefill_new_tokens_log']}"))
+    row("prefill tokens computed, all phases (client / log #new-token)",
+        lambda a: f"{a['prefill_tokens_computed']} / {a['prefill_new_tokens_log']}")
+    for ph in arms[names[0]]["phases"]:
+        row(f"peak SWA used, {ph}: decode lines (exact) / prefill lines (+-"
+            f"{arms[names[0]]['prefill_usage_resolution_tokens']}) / /metrics sampled",
+            lambda a, ph=ph: (f"{a['phases'][ph]['peak_swa_used_decode']} / "
+                              f"{a['phases'][ph]['peak_swa_used_prefill']} / "
+                              f"{a['phases'][ph]['peak_swa_used_metrics']}"))
+    row("SWA pool / full pool (tokens)", lambda a: f"{a['swa_pool_tokens']} / {a['full_pool_tokens']}")
+    row("decode islands / chunk islands inserted", lambda a: f"{a['decode_islands']} / {a['chunk_islands']}")
+    row("boot s / workload s", lambda a: f"{a['boot_s']} / "
+        f"{round(sum(p['seconds'] for p in a['phases'].values()), 1)}")
+    eq = result["outputs"]
+    lines += ["", f"Outputs: {eq['requests_compared']} requests, islands == upstream token for "
+                  f"token: {eq['all_equal']}" + ("" if eq["all_equal"] else f" (differ: {eq['differ']})"),
+              "", f"Upstream baseline for comparison (same model and shape): {json.dumps(BASELINE)}",
+              f"Total runtime: {result['runtime_s']} s", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="benchmarks/decode_reuse.py",
+        description="Decode-region prefix reuse on the real SGLang server (CPU, tiny hybrid-SWA "
+                    "model), arms upstream and islands in one run.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--quick", action="store_true",
+                    help="small shape (prompt 1000, 2 turns of 160 tokens, 2 agents, "
+                         "while_running only): a few minutes instead of ~half an hour")
+    ap.add_argument("--prompt-len", type=int, default=2000, help="(a) and (b) prompt tokens")
+    ap.add_argument("--k", type=int, default=2, help="(a): B is sent at >= k*128 + delta tokens")
+    ap.add_argument("--delta", type=int, default=8)
+    ap.add_argument("--turns", type=int, default=3, help="turns per conversation / agent")
+    ap.add_argument("--gen", type=int, default=300, help="(b): tokens per turn")
+    ap.add_argument("--user", type=int, default=50, help="(b): new user tokens per turn")
+    ap.add_argument("--run-on", type=int, default=32,
+                    help="while_running: tokens a turn keeps generating after it was re-sent")
+    ap.add_argument("--modes", default="after_finish,while_running",
+                    help="(b) conversation modes, comma separated")
+    ap.add_argument("--agents", type=int, default=4, help="concurrent agents")
+    ap.add_argument("--agent-prompt", type=int, nargs=2, default=(1500, 2500), metavar=("LO", "HI"))
+    ap.add_argument("--agent-gen", type=int, nargs=2, default=(200, 300), metavar=("LO", "HI"))
+    ap.add_argument("--agent-tool", type=int, nargs=2, default=(30, 120), metavar=("LO", "HI"))
+    ap.add_argument("--seed", type=int, default=20261129)
+    ap.add_argument("--arms", default="upstream,islands", help="comma separated, of "
+                    + ", ".join(ARMS))
+    ap.add_argument("--extra-server-args", default="", help="appended to every arm's arguments")
+    ap.add_argument("--json", default=None, help="write the result JSON here")
+    ap.add_argument("--md", default=None, help="write the markdown table here")
+    a = ap.parse_args(argv)
+    shape = quick_shape(a.seed) if a.quick else full_shape(a)
+    arm_names = a.arms.split(",")
+    if set(arm_names) - set(ARMS):
+        ap.error(f"unknown arms {set(arm_names) - set(ARMS)}")
+
+    from islands_harness.tiny_model import build_tiny_model
+
+    model = build_tiny_model(window=WINDOW)
+    vocab_hi = json.loads((model / ".tiny_model_complete.json").read_text())["real_vocab"]
+    command = " ".join(shlex.quote(x) for x in [".venv/bin/python", "benchmarks/decode_reuse.py",
+                                                 *(argv if argv is not None else sys.argv[1:])])
+    progress(f"shape {dataclasses.asdict(shape)}")
+    arms = {}
+    for arm in arm_names:
+        arms[arm] = run_arm(model, vocab_hi, arm, shape, shlex.split(a.extra_server_args))
+    result: dict[str, Any] = {
+        "arms": arms, "command": command, "shape": dataclasses.asdict(shape),
+        "server_args": SERVER_ARGS, "arm_args": {n: ARMS[n] for n in arm_names},
+        "baseline_upstream": BASELINE, "runtime_s": round(time.monotonic() - T0, 1),
+    }
+    if {"upstream", "islands"} <= set(arms):
+        result["outputs"] = compare_outputs(arms)
+    else:
+        result["outputs"] = {"requests_compared": 0, "differ": {}, "all_equal": None}
+    for arm in arms.values():
+        arm.pop("_outputs")
+    md = markdown(result) if len(arms) else ""
+    print(md)
+    if a.json:
+        pathlib.Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        pathlib.Path(a.json).write_text(json.dumps(result, indent=1) + "\n")
+        progress(f"wrote {a.json}")
+    if a.md:
+        pathlib.Path(a.md).parent.mkdir(parents=True, exist_ok=True)
+        pathlib.Path(a.md).write_text(md)
+        progress(f"wrote {a.md}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""benchmarks/decode_reuse.py without a server: the log scan it measures with, its CLI, and the
+committed result (schema, the claims it backs, and that the markdown table is rendered from it)."""
+
+import json
+import os
+import pathlib
+import sys
+
+import pytest
+
+from islands_harness.decode_reuse import LogScan, island_inserts
+
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(_ROOT / "benchmarks"))
+
+import decode_reuse  # noqa: E402
+
+RESULT_JSON = _ROOT / "benchmarks" / "results" / "decode_reuse.json"
+RESULT_MD = _ROOT / "benchmarks" / "results" / "decode_reuse.md"
+
+# Line formats of sglang 0.5.15.post1 with patch 0006 (islands fragment on the decode line).
+LOG = """\
+[2026-11-29 17:52:15] Prefill batch, #new-seq: 1, #new-token: 512, #cached-token: 0, full token usage: 0.01, swa token usage: 0.03, #running-req: 0, #queue-req: 0, #pending-token: 0, cpu graph: False, input throughput (token/s): 1.50
+[2026-11-29 17:52:16] Prefill batch, #new-seq: 1, #new-token: 28, #cached-token: 2256, full token usage: 0.04, swa token usage: 0.01, #running-req: 1, #queue-req: 0, #pending-token: 0, cpu graph: False, input throughput (token/s): 1.50
+[2026-11-29 17:52:17] Decode batch, #running-req: 1, #full token: 1002, full token usage: 0.02, #swa token: 36, swa token usage: 0.00, swa held/req: 36 (max 36), islands: 2 chunk + 0 decode, swa freed eagerly: 966, #tombstone token: 966, cpu graph: False, gen throughput (token/s): 0.45, #queue-req: 0
+[2026-11-29 17:52:18] Decode batch, #running-req: 2, #full token: 2400, full token usage: 0.04, #swa token: 612, swa token usage: 0.04, swa held/req: 36 (max 36), islands: 4 chunk + 3 decode, swa freed eagerly: 966, #tombstone token: 966, cpu graph: False, gen throughput (token/s): 0.45, #queue-req: 0
+"""
+METRICS = """\
+# HELP sglang:swa_island_inserts_total SWA islands inserted into the radix tree, by kind (chunk, decode).
+sglang:swa_island_inserts_total{cache_type="SWAIslandRadixCache",kind="chunk"} 5.0
+sglang:swa_island_inserts_total{cache_type="SWAIslandRadixCache",kind="decode"} 4.0
+"""
+
+
+def test_log_scan_sums_prefill_and_takes_swa_peaks(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("[old] Prefill batch, #new-seq: 1, #new-token: 999, #cached-token: 0, "
+                   "full token usage: 0.50, swa token usage: 0.90, #running-req: 0\n")
+    scan = LogScan(log, swa_pool=16384)  # starts at the current end: the old line is skipped
+    with open(log, "a") as f:
+        f.write(LOG + "[2026-11-29 17:52:19] Decode batch, #running-req: 1, #swa tok")  # partial
+    s = scan.stats()
+    assert (s.prefill_new_tokens, s.prefill_cached_tokens) == (540, 2256)
+    assert s.peak_swa_used_decode == 612
+    assert s.peak_swa_used_prefill == round(0.03 * 16384)
+    assert s.peak_swa_used == 612
+    assert (s.chunk_islands, s.decode_islands) == (4, 3)
+    assert s.decode_lines == 2
+
+
+def test_log_scan_without_the_islands_fragment(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("")
+    scan = LogScan(log)
+    log.write_text("[t] Decode batch, #running-req: 1, #full token: 0, full token usage: 0.00, "
+                   "#swa token: 7, swa token usage: 0.00, cpu graph: False\n")
+    s = scan.stats()
+    assert s.decode_islands is None and s.peak_swa_used == 7 and s.peak_swa_used_prefill == 0
+
+
+def test_island_inserts_by_kind():
+    assert island_inserts(METRICS, "decode") == 4.0
+    assert island_inserts(METRICS, "chunk") == 5.0
+    assert island_inserts("sglang:swa_used_tokens 3.0\n", "decode") is None
+
+
+def test_cli_help():
+    with pytest.raises(SystemExit) as e:
+        decode_reuse.main(["--help"])
+    assert e.value.code == 0
+
+
+@pytest.mark.skipif(not RESULT_JSON.exists(), reason="no committed benchmark result")
+def test_committed_result_backs_the_claims_and_renders_the_committed_table():
+    r = json.loads(RESULT_JSON.read_text())
+    assert set(r["arms"]) == {"upstream", "islands"}
+    assert r["command"].startswith(".venv/bin/python benchmarks/decode_reuse.py")
+    keys = {"hit_tokens_on_running_output", "expected_min_hit_tokens", "prefill_tokens_computed",
+            "peak_swa_used", "cached_share_per_turn", "phases"}
+    for arm, a in r["arms"].items():
+        assert keys <= set(a), (arm, keys - set(a))
+        assert a["phases"]["follow_up"]["a_running_when_b_done"], arm
+    up, isl = r["arms"]["upstream"], r["arms"]["islands"]
+    sh = r["shape"]
+    assert isl["expected_min_hit_tokens"] == sh["k"] * sh["interval"]
+    assert isl["hit_tokens_on_running_output"] >= isl["expected_min_hit_tokens"]
+    assert up["hit_tokens_on_running_output"] == 0
+    assert isl["prefill_tokens_computed"] < up["prefill_tokens_computed"]
+    assert isl["peak_swa_used"] < up["peak_swa_used"]
+    assert isl["decode_islands"] and up["decode_islands"] is None
+    assert r["outputs"]["all_equal"] is True
+    assert decode_reuse.markdown(r) == RESULT_MD.read_text()
