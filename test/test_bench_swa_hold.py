@@ -1,0 +1,82 @@
+"""benchmarks/swa_hold.py on a tiny shape (seconds): JSON schema, islands' hold bound, and that
+upstream holds more than islands."""
+
+import json
+import os
+import sys
+
+import pytest
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
+
+import swa_hold  # noqa: E402
+
+ARM_KEYS = {
+    "max_swa_held_per_running_req",
+    "mean_swa_held_per_running_req",
+    "max_dead_swa_per_running_req",
+    "commit_cpu_seconds_median",
+    "commit_cpu_seconds_p90",
+    "after_commit",
+    "with_chunk_in_flight",
+    "decode",
+    "host_syncs",
+}
+
+
+def _check(result, w, p, syncs=True):
+    assert set(result["shape"]) >= {"window", "page", "chunk", "prompt", "n_requests", "decode_tokens"}
+    assert result["shape"]["window"] == w and result["shape"]["page"] == p
+    assert set(result["arms"]) == {"upstream", "upstream_knobs", "islands"}
+    for arm, a in result["arms"].items():
+        assert ARM_KEYS <= set(a), (arm, ARM_KEYS - set(a))
+        assert a["commit_cpu_seconds_median"] > 0 and a["commit_cpu_seconds_p90"] > 0
+        assert a["commits_per_run"] > 0
+    up, knobs, isl = (result["arms"][k] for k in ("upstream", "upstream_knobs", "islands"))
+    # islands: the island (floor_p(L) - t <= w + 2p - 1) plus an unaligned tail, no dead SWA
+    assert isl["max_swa_held_per_running_req"] <= w + 2 * p
+    assert isl["max_dead_swa_per_running_req"] == 0
+    assert isl["chunk_islands"] == isl["commits_per_run"]
+    assert isl["decode_islands"] >= 1
+    # upstream: a whole chunk stays SWA-locked per running request, and the earlier ones are dead
+    assert up["max_swa_held_per_running_req"] > isl["max_swa_held_per_running_req"]
+    assert up["max_swa_held_per_running_req"] >= result["shape"]["chunk"]
+    assert up["max_dead_swa_per_running_req"] > 0
+    # the knobs cap the lock at about a window, but leave the rest of the chunk live (dead)
+    assert knobs["max_swa_held_per_running_req"] <= w + p
+    assert knobs["max_dead_swa_per_running_req"] > 0
+    if syncs:  # the upstream commit path is sync-free here
+        assert up["host_syncs"]["syncs_per_commit_max"] == 0
+
+
+def test_cli_tiny_writes_json_and_md(tmp_path, capsys):
+    jp, mp = tmp_path / "r.json", tmp_path / "r.md"
+    assert swa_hold.main(["--tiny", "--repeats", "1", "--check", "--json", str(jp), "--md", str(mp)]) == 0
+    result = json.loads(jp.read_text())
+    assert result["command"].startswith("python benchmarks/swa_hold.py --tiny")
+    _check(result, swa_hold.TINY.window, swa_hold.TINY.page)
+    md = mp.read_text()
+    assert "| metric | upstream | upstream_knobs | islands |" in md
+    assert md.strip() in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("page", [4])
+def test_core_paged(page):
+    shape = swa_hold.Shape(window=16, page=page, chunk=64, prompt=256, n_requests=2,
+                           decode_tokens=24, decode_interval=8)
+    result = swa_hold.bench(shape, repeats=1, count_syncs=False, check=True)
+    _check(result, 16, page, syncs=False)
+
+
+def test_arm_env_sets_and_unsets_knobs(monkeypatch):
+    for k in swa_hold.KNOBS:
+        monkeypatch.setenv(k, "1")
+    with swa_hold.arm_env({}):
+        assert not any(k in os.environ for k in swa_hold.KNOBS)
+    assert all(os.environ[k] == "1" for k in swa_hold.KNOBS)
+    for k in swa_hold.KNOBS:
+        monkeypatch.delenv(k)
+    with swa_hold.arm_env(swa_hold.ARMS["upstream_knobs"][1]):
+        assert all(os.environ[k] == "1" for k in swa_hold.KNOBS)
+    assert not any(k in os.environ for k in swa_hold.KNOBS)
