@@ -60,7 +60,10 @@ def laguna_config_dir(window: int) -> str:
 
 @dataclasses.dataclass
 class StackConfig:
-    window: int = 32  # model sliding window in tokens (cache.sliding_window_size = window - 1)
+    # HF config's sliding_window. Laguna has no get_attention_sliding_window_size, so the cache's
+    # sliding_window_size equals it and the cache's model window is window + 1 (one token more
+    # than needed, as on a real Laguna server); Gemma/GPT-OSS runners pass window - 1 instead.
+    window: int = 32
     page: int = 1
     chunk: int = 256
     full_pool: int = 16384

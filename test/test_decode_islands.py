@@ -109,6 +109,12 @@ def test_decode_hold_is_window_plus_two_pages_plus_cadence_slack():
                 slack = r.kv_committed_len - r.cache_protected_len
                 assert req_hold(stack, r) <= w + 2 * page + slack
                 worst_locked = max(worst_locked, req_locked_swa(stack, r))
+            # Nothing below a decode island's frontier stays live, even when the interval (32) is
+            # shorter than w + p and the frontier falls inside the previous island: the only live
+            # unlocked SWA is each request's prompt island and its latest (released) island, plus
+            # a finished request's prompt island, last island and tail.
+            bound = (2 * len(sched.running) + 3 * len(sched.finished)) * (w + 2 * page)
+            assert stack.tree.swa_evictable_size() <= bound
 
         sched.run(after_step=after)
         assert worst_locked <= w + 2 * page

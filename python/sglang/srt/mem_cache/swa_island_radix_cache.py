@@ -300,23 +300,24 @@ class SWAIslandRadixCache(SWARadixCache):
                     swa_evicted_seqlen=req.swa_evicted_seqlen,
                 )
             )
+            match = self.match_prefix(MatchPrefixParams(key=radix_key))
+            new_indices, new_last_node = match.device_indices, match.last_device_node
+            assert old_prefix_len <= len(new_indices), f"{old_prefix_len=}, {len(new_indices)=}"
+            self.req_to_token_pool.write(
+                (req.req_pool_idx, slice(old_prefix_len, len(new_indices))),
+                new_indices[old_prefix_len:],
+            )
+            req.cache_protected_len = len(new_indices)
+            self.dec_lock_ref(
+                req.last_node,
+                DecLockRefParams(swa_uuid_for_lock=req.swa_uuid_for_lock),
+                skip_swa=req.swa_prefix_lock_released,
+            )
+            req.swa_prefix_lock_released = False
+            # inc_lock_ref splits the live node straddling the frontier first (see above)
+            req.swa_uuid_for_lock = self.inc_lock_ref(new_last_node).swa_uuid_for_lock
         finally:
             self._pending_frontier = None
-        match = self.match_prefix(MatchPrefixParams(key=radix_key))
-        new_indices, new_last_node = match.device_indices, match.last_device_node
-        assert old_prefix_len <= len(new_indices), f"{old_prefix_len=}, {len(new_indices)=}"
-        self.req_to_token_pool.write(
-            (req.req_pool_idx, slice(old_prefix_len, len(new_indices))),
-            new_indices[old_prefix_len:],
-        )
-        req.cache_protected_len = len(new_indices)
-        self.dec_lock_ref(
-            req.last_node,
-            DecLockRefParams(swa_uuid_for_lock=req.swa_uuid_for_lock),
-            skip_swa=req.swa_prefix_lock_released,
-        )
-        req.swa_prefix_lock_released = False
-        req.swa_uuid_for_lock = self.inc_lock_ref(new_last_node).swa_uuid_for_lock
         req.last_node = new_last_node
         req.prefix_indices = new_indices
 
@@ -406,8 +407,11 @@ class SWAIslandRadixCache(SWARadixCache):
         (request-owned slots, captured before the insert) and the values of distinct tree nodes
         that were live before this commit; each holds unique slots. ``free_swa`` reads the
         full->SWA mapping, frees only entries ``> 0`` and zeroes them, so a slot freed by an
-        earlier call (or by the insert's own deduplication) is not freed again. One call means
-        one host synchronisation (``free_swa``'s filter), the only one the island path adds.
+        earlier call (or by the insert's own deduplication) is not freed again.
+
+        Host synchronisations: those of one ``free_swa`` call, which upstream's decode evictor and
+        eviction pay too: the ``> 0`` filter, plus at ``p > 1`` the page ``unique`` of
+        ``_expand_to_full_pages`` and of the paged sub-allocator's ``free``.
         """
         values = [v for v in values if v.numel() > 0]
         if not values:
