@@ -1,0 +1,976 @@
+"""Operating SWA islands on the real SGLang server (CPU): metrics, failure paths, tenants, bad starts.
+
+Servers (all on the tiny hybrid-SWA model, window 32 -> w = 33 as the cache counts it, page 1,
+chunked prefill 128 so most prompts take several chunks, --enable-metrics, --decode-log-interval 1,
+--enable-cache-report, --sleep-on-idle, the same environment):
+
+- ``on``: ``--enable-swa-islands --swa-islands-decode-interval 32``, a generous 20000-token pool;
+- ``off``: the same arguments without the island flags. It only computes reference outputs: every
+  comparison is cold vs cold (``/flush_cache`` before each reference request, distinct prompts or a
+  flush on the islands server too);
+- ``retract``: islands on, a 250-token full pool (200-token SWA pool, just above the island floor
+  128 + 33 + 1 = 162) and ``SGLANG_INIT_NEW_TOKEN_RATIO=0.05``, so the scheduler over-admits and
+  must retract decoding requests. Its last test stops it with SIGTERM.
+
+The three boot concurrently, once per module. Startup-error cases launch (and must lose) three more
+servers, also concurrently, as soon as the fleet is up. ``SGLANG_REQUEST_STATE_WAIT_TIMEOUT=1``
+(default 4 s) makes the tokenizer notice a disconnected non-streaming client within a second, also
+while its prefill produces no output.
+
+After every failure path the islands server is checked the same way (``check_recovered``): once
+idle, ``/get_load`` reports 0 tokens in use (nothing leaked or still locked), then after
+``/flush_cache`` and a fixed 8-token tick request the pool gauges of ``/metrics`` equal the values
+read the same way right after boot, and a fixed probe workload gives the islands-off outputs.
+Concurrent bystander requests of every failure path must give the islands-off outputs too.
+
+Island metrics are pushed from the decode log path, so every scrape that checks them follows a
+tick (a short request whose decode steps run the log path after the state being checked).
+
+Numbers seen are written to ``.work/server-ops-report.json`` and printed at module teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import random
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+
+import psutil
+import pytest
+import requests
+
+from islands_harness.server import (
+    BASE_ARGS,
+    DEFAULT_LOG_DIR,
+    HOST,
+    REPO_ROOT,
+    SglangServer,
+    pick_free_port,
+)
+
+pytestmark = pytest.mark.server
+
+WINDOW = 32  # HF sliding_window of the tiny model
+W = WINDOW + 1  # the model window as the cache counts it (sliding_window_size + 1)
+PAGE = 1
+CHUNK = 128
+DECODE_INTERVAL = 32
+HOLD_BOUND = W + 2 * PAGE + DECODE_INTERVAL  # 67: island (w + p) + decode tail (interval + p)
+ISLAND_FLOOR = CHUNK + W + PAGE  # 162
+
+COMMON_ARGS = [
+    "--page-size", str(PAGE),
+    "--chunked-prefill-size", str(CHUNK),
+    "--enable-metrics",
+    "--decode-log-interval", "1",
+    "--enable-cache-report",
+    # An idle scheduler otherwise polls in a busy loop (measured here: 0.28 CPU-s/s per idle
+    # server on a loaded machine, 0.008 with this flag); three mostly idle servers would eat the
+    # two cores the busy one needs. It polls its sockets with a 1 s timeout instead.
+    "--sleep-on-idle",
+]
+ISLAND_ARGS = ["--enable-swa-islands", "--swa-islands-decode-interval", str(DECODE_INTERVAL)]
+BIG_POOL = ["--max-total-tokens", "20000"]
+RETRACT_POOL = 250
+SERVER_ENV = {"SGLANG_REQUEST_STATE_WAIT_TIMEOUT": "1"}
+RETRACT_ENV = {**SERVER_ENV, "SGLANG_INIT_NEW_TOKEN_RATIO": "0.05"}
+
+BOOT_TIMEOUT_S = 900  # three servers boot at once on two shared cores
+REQ_TIMEOUT_S = 600
+IDLE_TIMEOUT_S = 180
+
+TICK_IDS = list(range(5, 13))  # 8 tokens < w + p: never an island
+TICK_NEW = 4
+POOL_GAUGES = (
+    "sglang:kv_available_tokens", "sglang:kv_evictable_tokens", "sglang:kv_used_tokens",
+    "sglang:swa_available_tokens", "sglang:swa_evictable_tokens", "sglang:swa_used_tokens",
+)
+ISLAND_CHUNK = ("sglang:swa_island_inserts_total", {"kind": "chunk"})
+ISLAND_DECODE = ("sglang:swa_island_inserts_total", {"kind": "decode"})
+ISLAND_FREED = ("sglang:swa_island_freed_tokens_total", {})
+TOMBSTONES = ("sglang:swa_tombstone_tokens", {})
+HELD_MAX = ("sglang:swa_held_tokens_per_running_req", {"stat": "max"})
+ABORTED = ("sglang:num_aborted_requests_total", {})
+RETRACTED = ("sglang:num_retracted_requests_total", {})
+
+DECODE_FRAGMENT = re.compile(
+    r"swa held/req: (\d+) \(max (\d+)\), islands: (\d+) chunk \+ (\d+) decode, "
+    r"swa freed eagerly: (\d+), #tombstone token: (\d+)")
+CHUNK_128_LINE = re.compile(rf"Prefill batch, #new-seq: \d+, #new-token: {CHUNK},")
+
+REPORT: dict[str, Any] = {}
+REPORT_PATH = REPO_ROOT / ".work" / "server-ops-report.json"
+
+
+# ---- prompts ---------------------------------------------------------------------------------
+
+_VOCAB_HI: list[int] = []
+
+
+def prompt(name: str, n: int) -> list[int]:
+    """`n` token ids, a fixed function of `name` (ids 0..3 are special, so never drawn)."""
+    rng = random.Random(name)
+    return [rng.randrange(4, _VOCAB_HI[0]) for _ in range(n)]
+
+
+# ---- HTTP helpers ----------------------------------------------------------------------------
+
+def post_generate(srv: SglangServer, ids: Sequence[int], n: int, *, rid: str | None = None,
+                  extra_key: str | None = None, timeout: float = REQ_TIMEOUT_S) -> dict:
+    body: dict[str, Any] = {"input_ids": list(ids), "sampling_params": {
+        "temperature": 0, "max_new_tokens": n, "ignore_eos": True}}
+    if rid is not None:
+        body["rid"] = rid
+    if extra_key is not None:
+        body["extra_key"] = extra_key
+    r = requests.post(f"{srv.base_url}/generate", json=body, timeout=timeout)
+    assert r.status_code == 200, f"/generate -> {r.status_code}: {r.text[:300]}"
+    return r.json()
+
+
+def flush(srv: SglangServer, timeout_q: float | None = None) -> requests.Response:
+    url = f"{srv.base_url}/flush_cache" + (f"?timeout={timeout_q}" if timeout_q else "")
+    return requests.post(url, timeout=REQ_TIMEOUT_S)
+
+
+def flush_ok(srv: SglangServer) -> None:
+    """Flush once the scheduler is fully idle. A plain /flush_cache right after the last response
+    can still find the overlap scheduler's last batch in place (is_fully_idle() false) and answer
+    400, so this uses the deferred form (?timeout=), which flushes as soon as it is idle."""
+    r = flush(srv, timeout_q=IDLE_TIMEOUT_S)
+    assert r.status_code == 200, f"/flush_cache?timeout= on an idle server -> {r.status_code}: {r.text}"
+
+
+def get_load(srv: SglangServer) -> dict:
+    r = requests.get(f"{srv.base_url}/get_load", timeout=60)
+    r.raise_for_status()
+    return r.json()[0]
+
+
+def wait_idle(srv: SglangServer, timeout: float = IDLE_TIMEOUT_S) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        load = get_load(srv)
+        if load["num_reqs"] == 0 and load["num_waiting_reqs"] == 0:
+            return load
+        assert time.monotonic() < deadline, f"server not idle after {timeout} s: {load}"
+        time.sleep(0.2)
+
+
+_SAMPLE = re.compile(r"^([^\s{]+)(?:\{(.*)\})?\s+(\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def scrape(srv: SglangServer) -> list[tuple[str, dict[str, str], float]]:
+    """/metrics as (name, labels, value) samples."""
+    r = requests.get(f"{srv.base_url}/metrics", timeout=60)
+    r.raise_for_status()
+    out = []
+    for line in r.text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m:
+            out.append((m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))))
+    return out
+
+
+def mval(samples, metric: tuple[str, dict] | str, default: float | None = None) -> float:
+    """Sum of the samples of a metric whose labels include the given ones."""
+    name, labels = (metric, {}) if isinstance(metric, str) else metric
+    vals = [v for n, lab, v in samples
+            if n == name and all(lab.get(k) == x for k, x in labels.items())]
+    if not vals:
+        assert default is not None, f"{name}{labels or ''} is not in /metrics"
+        return default
+    return sum(vals)
+
+
+def tick(srv: SglangServer) -> None:
+    """A short request: its decode steps push the island metrics of everything before it."""
+    post_generate(srv, TICK_IDS, TICK_NEW)
+
+
+def pool_snapshot(srv: SglangServer) -> dict[str, float]:
+    """Pool gauges read the same way every time: flush, one tick, scrape."""
+    flush_ok(srv)
+    tick(srv)
+    s = scrape(srv)
+    return {name: mval(s, name) for name in POOL_GAUGES}
+
+
+# ---- server log ------------------------------------------------------------------------------
+
+def log_offset(srv: SglangServer) -> int:
+    return srv.log_path.stat().st_size
+
+
+def log_since(srv: SglangServer, offset: int) -> str:
+    with open(srv.log_path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
+def wait_log(srv: SglangServer, offset: int, pattern: re.Pattern | str, *, count: int = 1,
+             timeout: float = REQ_TIMEOUT_S) -> None:
+    pat = re.compile(pattern) if isinstance(pattern, str) else pattern
+    deadline = time.monotonic() + timeout
+    while len(pat.findall(log_since(srv, offset))) < count:
+        assert srv.proc is not None and srv.proc.poll() is None, "server exited"
+        assert time.monotonic() < deadline, f"{pat.pattern!r} x{count} not in the log in {timeout} s"
+        time.sleep(0.05)
+
+
+def wait_decoding(srv: SglangServer, offset: int, running: int = 1, steps: int = 2) -> None:
+    """Until `steps` decode log lines with at least `running` requests appear after `offset`."""
+    pat = re.compile(r"Decode batch, #running-req: (\d+)")
+    deadline = time.monotonic() + REQ_TIMEOUT_S
+    while sum(int(n) >= running for n in pat.findall(log_since(srv, offset))) < steps:
+        assert time.monotonic() < deadline, "no decode steps in the log"
+        time.sleep(0.05)
+
+
+# ---- raw streaming client (closable mid-request) ---------------------------------------------
+
+def open_request(srv: SglangServer, ids: Sequence[int], n: int, rid: str, *,
+                 stream: bool) -> socket.socket:
+    """POST /generate on a raw socket, so the test can kill the connection mid-request."""
+    body = json.dumps({"input_ids": list(ids), "rid": rid, "stream": stream, "sampling_params": {
+        "temperature": 0, "max_new_tokens": n, "ignore_eos": True}}).encode()
+    s = socket.create_connection((srv.host, srv.port), timeout=REQ_TIMEOUT_S)
+    s.sendall(b"POST /generate HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % (srv.host.encode(), srv.port, len(body)) + body)
+    return s
+
+
+def read_events(s: socket.socket, k: int) -> int:
+    buf = b""
+    while buf.count(b"data:") < k:
+        chunk = s.recv(65536)
+        assert chunk, f"stream ended after {buf.count(b'data:')} events"
+        buf += chunk
+    return buf.count(b"data:")
+
+
+def kill_connection(s: socket.socket) -> None:
+    """Close with RST (SO_LINGER 0), as a killed client would."""
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+
+
+# ---- servers ---------------------------------------------------------------------------------
+
+def record_cpu(name: str, srv: SglangServer) -> None:
+    """CPU seconds (user + system) used so far by a running server's process tree."""
+    if srv.proc is None or srv.proc.poll() is not None:
+        return
+    try:
+        root = psutil.Process(srv.pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    REPORT.setdefault("server_cpu_s", {})[name] = round(total, 1)
+
+
+class Fleet:
+    """Boots the module's servers concurrently; `get(name)` waits for one and fails only its users.
+
+    Right after a server is healthy, its pool baseline (`pool_snapshot`) is read before anything
+    else talks to it."""
+
+    def __init__(self, model_path):
+        self.model_path = model_path
+        self.servers: dict[str, SglangServer] = {}
+        self.baselines: dict[str, dict[str, float]] = {}
+        self.errors: dict[str, BaseException] = {}
+        self.threads: dict[str, threading.Thread] = {}
+        self.stamp = time.strftime("%Y%m%d-%H%M%S")
+
+    def launch(self, name: str, args: list[str], env: dict[str, str]) -> None:
+        srv = SglangServer(self.model_path, args, env=env, boot_timeout_s=BOOT_TIMEOUT_S,
+                           log_path=DEFAULT_LOG_DIR / f"ops-{name}-{self.stamp}.log")
+        self.servers[name] = srv
+        t = threading.Thread(target=self._boot, args=(name,), name=f"boot-{name}", daemon=True)
+        self.threads[name] = t
+        t.start()
+
+    def _boot(self, name: str) -> None:
+        srv = self.servers[name]
+        try:
+            srv.start()
+            self.baselines[name] = pool_snapshot(srv)
+            REPORT.setdefault("boot_s", {})[name] = round(srv.boot_s, 1)
+        except BaseException as e:  # reported by get()
+            self.errors[name] = e
+
+    def get(self, name: str) -> SglangServer:
+        self.threads[name].join()
+        if name in self.errors:
+            pytest.fail(f"server {name!r} did not boot: {self.errors[name]}", pytrace=False)
+        return self.servers[name]
+
+    def stop_all(self) -> list[str]:
+        problems = []
+        for name, srv in self.servers.items():
+            self.threads[name].join()
+            record_cpu(name, srv)
+            try:
+                srv.stop()
+            except Exception as e:
+                problems.append(f"{name}: {e}")
+        return problems
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report():
+    """Set up first, torn down last: writes what the module saw."""
+    t0 = time.monotonic()
+    yield REPORT
+    REPORT["module_wall_s"] = round(time.monotonic() - t0, 1)
+    REPORT_PATH.parent.mkdir(parents=True, exist_ok=True)
+    REPORT_PATH.write_text(json.dumps(REPORT, indent=1) + "\n")
+    print(f"\n[server-ops] {json.dumps(REPORT)}")
+
+
+@pytest.fixture(scope="module")
+def model_path():
+    from islands_harness.tiny_model import MARKER, build_tiny_model
+    path = build_tiny_model(window=WINDOW)
+    _VOCAB_HI[:] = [json.loads((path / MARKER).read_text())["real_vocab"]]
+    return path
+
+
+@pytest.fixture(scope="module")
+def fleet(model_path, bad):
+    f = Fleet(model_path)
+    f.launch("on", COMMON_ARGS + BIG_POOL + ISLAND_ARGS, SERVER_ENV)
+    f.launch("off", COMMON_ARGS + BIG_POOL, SERVER_ENV)
+    f.launch("retract", COMMON_ARGS + ["--max-total-tokens", str(RETRACT_POOL)] + ISLAND_ARGS,
+             RETRACT_ENV)
+
+    def then_bad_starts():
+        for t in f.threads.values():
+            t.join()
+        bad.start()
+
+    threading.Thread(target=then_bad_starts, name="bad-starts-after-boot", daemon=True).start()
+    yield f
+    problems = f.stop_all()
+    REPORT["logs"] = {n: str(s.log_path) for n, s in f.servers.items()}
+    assert not problems, f"servers left running after stop(): {problems}"
+
+
+@pytest.fixture(scope="module")
+def on(fleet):
+    return fleet.get("on")
+
+
+@pytest.fixture(scope="module")
+def off(fleet):
+    return fleet.get("off")
+
+
+@pytest.fixture(scope="module")
+def retract(fleet):
+    return fleet.get("retract")
+
+
+class Reference:
+    """Cold greedy outputs of the islands-off server (flush before every request), computed one at
+    a time on a worker thread: `prefetch` early, so they run while the islands server works."""
+
+    def __init__(self, srv: SglangServer):
+        self.srv = srv
+        self.futures: dict[tuple, Any] = {}
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="reference")
+        self.exclusive = threading.Lock()  # held by a test that uses the off server itself
+
+    def _run(self, ids, n) -> list[int]:
+        with self.exclusive:
+            flush_ok(self.srv)
+            return post_generate(self.srv, ids, n)["output_ids"]
+
+    def prefetch(self, ids: Sequence[int], n: int):
+        key = (tuple(ids), n)
+        if key not in self.futures:
+            self.futures[key] = self.pool.submit(self._run, list(ids), n)
+        return self.futures[key]
+
+    def __call__(self, ids: Sequence[int], n: int) -> list[int]:
+        return self.prefetch(ids, n).result()
+
+
+@pytest.fixture(scope="module")
+def ref(off):
+    r = Reference(off)
+    for ids, n in probes():
+        r.prefetch(ids, n)
+    yield r
+    r.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def probes():
+    """Under the window (no island), and two chunks plus one decode island."""
+    return [(prompt("probe-short", 20), 24), (prompt("probe-long", 200), 36)]
+
+
+def check_recovered(srv: SglangServer, fleet: Fleet, name: str, ref: Reference, label: str) -> None:
+    """Idle with nothing in use, pools back to the boot baseline, probe outputs = islands-off."""
+    load = wait_idle(srv)
+    assert load["num_tokens"] == 0, f"{label}: tokens still in use once idle: {load}"
+    snap = pool_snapshot(srv)
+    assert snap == fleet.baselines[name], (
+        f"{label}: pools after flush differ from boot: {snap} vs {fleet.baselines[name]}")
+    for ids, n in probes():
+        flush_ok(srv)
+        out = post_generate(srv, ids, n)["output_ids"]
+        assert out == ref(ids, n), f"{label}: probe of {len(ids)} tokens differs from islands-off"
+    flush_ok(srv)
+    REPORT.setdefault("recovered", []).append(label)
+
+
+def island_counts(samples) -> dict[str, float]:
+    return {"chunk": mval(samples, ISLAND_CHUNK), "decode": mval(samples, ISLAND_DECODE),
+            "freed": mval(samples, ISLAND_FREED), "tombstone": mval(samples, TOMBSTONES),
+            "held_max": mval(samples, HELD_MAX), "aborted": mval(samples, ABORTED, 0.0)}
+
+
+def delta(a: dict, b: dict) -> dict:
+    return {k: b[k] - a[k] for k in ("chunk", "decode", "freed", "aborted")}
+
+
+# ---- 1. metrics ------------------------------------------------------------------------------
+
+def test_island_metrics_match_a_known_workload(on, ref, fleet):
+    """N cold prompts of P tokens, G new tokens each, concurrently.
+
+    Chunk islands: every middle-chunk commit (``stash_chunked_request``, ceil(P/128) - 1 =
+    floor((P-1)/128) of them when a request's chunks are full) and the final-chunk commit
+    (``cache_unfinished_req`` in the prefill result phase, since G > 1 leaves the request
+    unfinished) has L > w + p, so it inserts an island: at least N * (floor((P-1)/128) + 1); a
+    prefill batch shared with another request can cut one more chunk (at most one more each).
+    Decode islands: after prefill the committed length is P; decode step j commits P + j; the hook
+    runs for unfinished requests (j <= G-2) and fires every 32 committed tokens: floor((G-2)/32)
+    each."""
+    N, P, G = 3, 300, 66
+    prompts = [prompt(f"metrics-{i}", P) for i in range(N)]
+    for p in prompts:
+        ref.prefetch(p, G)
+
+    flush_ok(on)
+    tick(on)
+    m0 = island_counts(scrape(on))
+    off0 = log_offset(on)
+    polled: list[float] = []
+    stop = threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            polled.append(mval(scrape(on), HELD_MAX))
+            stop.wait(0.5)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        with ThreadPoolExecutor(N) as ex:
+            outs = list(ex.map(lambda p: post_generate(on, p, G), prompts))
+    finally:
+        stop.set()
+        poller.join()
+    tick(on)
+    m1 = island_counts(scrape(on))
+    d = delta(m0, m1)
+    lines = DECODE_FRAGMENT.findall(log_since(on, off0))
+
+    REPORT["metrics"] = {"workload": {"N": N, "P": P, "G": G}, "before": m0, "after": m1,
+                         "delta": d, "held_max_log": max(int(x[1]) for x in lines),
+                         "held_max_polled": max(polled), "polls": len(polled),
+                         "decode_log_lines": len(lines)}
+    assert [o["output_ids"] for o in outs] == [ref(p, G) for p in prompts], (
+        "workload outputs differ from islands-off")
+    assert all(o["meta_info"]["cached_tokens"] == 0 for o in outs)
+
+    lo_chunk = N * ((P - 1) // CHUNK + 1)
+    assert lo_chunk <= d["chunk"] <= N * (math.ceil(P / CHUNK) + 1), d
+    assert d["decode"] >= N * ((G - 2) // DECODE_INTERVAL), d
+    assert d["decode"] <= N * ((G - 1) // DECODE_INTERVAL), d
+    assert d["freed"] > 0, d
+    # Flushed before, no pressure eviction in a 16000-token SWA pool: every tombstoned token is
+    # one an island freed eagerly. Per request, everything below the last decode island's
+    # frontier (P + 32k - (w + p), k = floor((G-2)/32) islands) is tombstoned except the prompt's
+    # last island [P - (w + p), P), kept live as its re-serve point: 330 - 34 = 296 here.
+    k = (G - 2) // DECODE_INTERVAL
+    per_request = P + DECODE_INTERVAL * k - 2 * (W + PAGE)
+    assert m1["tombstone"] == d["freed"] == N * per_request, (m1, d, N * per_request)
+
+    assert lines, "no 'swa held/req ... #tombstone token' fragment on the Decode log lines"
+    held_log = [int(x[1]) for x in lines]
+    assert max(held_log) <= HOLD_BOUND, f"max held/req {max(held_log)} > w + 2p + 32 = {HOLD_BOUND}"
+    assert max(held_log) > 0
+    assert polled and max(polled) <= HOLD_BOUND, polled
+    # The last Decode line and Prometheus come from the same report call.
+    last = [int(x) for x in lines[-1][2:6]]
+    assert last == [m1["chunk"], m1["decode"], m1["freed"], m1["tombstone"]], (lines[-1], m1)
+
+    flush_ok(on)
+    tick(on)
+    m2 = island_counts(scrape(on))
+    REPORT["metrics"]["after_flush"] = m2
+    assert m2["tombstone"] == 0, m2
+    assert (m2["chunk"], m2["decode"], m2["freed"]) == (m1["chunk"], m1["decode"], m1["freed"])
+
+
+def test_islands_off_server_reports_no_island_series(off):
+    tick(off)
+    names = {n for n, _, _ in scrape(off)}
+    assert "sglang:swa_available_tokens" in names  # hybrid SWA pools are reported ...
+    assert not [n for n in names if "swa_island" in n or "swa_tombstone" in n or "swa_held" in n]
+    assert "swa held/req" not in off.log_path.read_text(errors="replace")  # ... islands are not
+
+
+# ---- 3. tenant isolation ---------------------------------------------------------------------
+
+def _completion(srv: SglangServer, ids: Sequence[int], salt: str) -> dict:
+    r = requests.post(f"{srv.base_url}/v1/completions", timeout=REQ_TIMEOUT_S, json={
+        "model": srv.model_path, "prompt": list(ids), "max_tokens": 2, "temperature": 0,
+        "cache_salt": salt})
+    assert r.status_code == 200, r.text[:300]
+    details = r.json()["usage"].get("prompt_tokens_details") or {}
+    return {"cached_tokens": details.get("cached_tokens", 0) or 0}
+
+
+@pytest.mark.parametrize("name", ["on", "off"])
+def test_tenants_with_different_extra_keys_never_share_cache(name, fleet, ref):
+    """`extra_key` on /generate (GenerateReqInput.extra_key) and `cache_salt` on the OpenAI API
+    (ServingBase._compute_extra_key: cache_salt + extra_key) namespace the radix tree. Islands
+    insert decode islands with the request's key (RadixKey(..., req.extra_key))."""
+    srv = fleet.get(name)
+    with ref.exclusive:  # no reference flush on the off server in between
+        got = _tenant_checks(srv)
+    REPORT.setdefault("tenants", {})[name] = got
+
+
+def _tenant_checks(srv: SglangServer) -> dict:
+    flush_ok(srv)
+    p = prompt("tenant-prompt", 100)
+    got = {}
+    for label, key in (("a1", "tenant-a"), ("b1", "tenant-b"), ("none1", None),
+                       ("a2", "tenant-a"), ("b2", "tenant-b"), ("none2", None)):
+        got[label] = post_generate(srv, p, 2, extra_key=key)["meta_info"]["cached_tokens"]
+    assert got["a1"] == got["b1"] == got["none1"] == 0, got
+    assert got["a2"] > 0 and got["b2"] > 0 and got["none2"] > 0, got
+
+    # A long generation under tenant A (two decode islands on the islands server), then its
+    # prompt + output as a new prompt: tenant B must match nothing, tenant A a long prefix.
+    q = prompt("tenant-decode", 100)
+    out = post_generate(srv, q, 70, extra_key="tenant-a")["output_ids"]
+    follow = q + out[:64]
+    got["follow_b"] = post_generate(srv, follow, 2, extra_key="tenant-b")["meta_info"]["cached_tokens"]
+    got["follow_a"] = post_generate(srv, follow, 2, extra_key="tenant-a")["meta_info"]["cached_tokens"]
+    assert got["follow_b"] == 0 and got["follow_a"] > len(q), got
+
+    c = prompt("tenant-openai", 100)
+    got["oa_s1"] = _completion(srv, c, "salt-1")["cached_tokens"]
+    got["oa_s2"] = _completion(srv, c, "salt-2")["cached_tokens"]
+    got["oa_s1_again"] = _completion(srv, c, "salt-1")["cached_tokens"]
+    assert got["oa_s1"] == got["oa_s2"] == 0 and got["oa_s1_again"] > 0, got
+    return got
+
+
+# ---- 2. failure paths on the islands server --------------------------------------------------
+
+LONG_PROMPT = 4000  # 32 chunks (context 4096): a prefill long enough to be cut mid-way
+LONG_NEW = 8
+BYSTANDER_P, BYSTANDER_G = 60, 48
+
+
+def _start_bystander(pool, srv, name, ref):
+    ids = prompt(name, BYSTANDER_P)
+    ref.prefetch(ids, BYSTANDER_G)
+    off0 = log_offset(srv)
+    fut = pool.submit(post_generate, srv, ids, BYSTANDER_G)
+    wait_decoding(srv, off0)
+    return ids, fut
+
+
+def test_client_disconnect_mid_prefill(on, ref, fleet):
+    """A non-streaming client killed during its prefill. The tokenizer notices on its next
+    wait timeout (SGLANG_REQUEST_STATE_WAIT_TIMEOUT=1: <= 1 s) and aborts; the scheduler drops
+    the chunked request between two chunks (process_pending_chunked_abort). A streaming client
+    would be aborted only by the response's background task, 2 s after the disconnect."""
+    flush_ok(on)
+    tick(on)
+    m0 = island_counts(scrape(on))
+    with ThreadPoolExecutor(2) as pool:
+        b_ids, b_fut = _start_bystander(pool, on, "bystander-disc-prefill", ref)
+        off0 = log_offset(on)
+        s = open_request(on, prompt("disc-prefill", LONG_PROMPT), LONG_NEW, rid="disc-prefill",
+                         stream=False)
+        wait_log(on, off0, CHUNK_128_LINE)  # prefill under way
+        kill_connection(s)
+        b_out = b_fut.result()["output_ids"]
+    wait_idle(on)
+    tick(on)
+    m1 = island_counts(scrape(on))
+    d = delta(m0, m1)
+    victim_chunks = d["chunk"] - 1  # the bystander's single chunk is one final-chunk island
+    REPORT["disconnect_mid_prefill"] = {"delta": d, "victim_chunk_islands": victim_chunks,
+                                        "full_prefill_would_give": math.ceil(LONG_PROMPT / CHUNK)}
+    assert d["aborted"] == 1, d
+    assert 1 <= victim_chunks < math.ceil(LONG_PROMPT / CHUNK), (
+        f"victim not cut mid-prefill: {victim_chunks} chunk islands")
+    assert b_out == ref(b_ids, BYSTANDER_G), "bystander output changed by the disconnect"
+    check_recovered(on, fleet, "on", ref, "disconnect mid-prefill")
+
+
+def test_client_disconnect_mid_decode(on, ref, fleet):
+    """A streaming client killed after 6 tokens: Starlette cancels the stream and the response's
+    background task aborts the rid 2 s later (TokenizerManager.create_abort_task), so G is large
+    enough that the victim cannot finish first on a fast machine."""
+    G = 2000
+    flush_ok(on)
+    tick(on)
+    m0 = island_counts(scrape(on))
+    with ThreadPoolExecutor(2) as pool:
+        b_ids, b_fut = _start_bystander(pool, on, "bystander-disc-decode", ref)
+        s = open_request(on, prompt("disc-decode", 100), G, rid="disc-decode", stream=True)
+        events = read_events(s, 6)  # tokens are streaming: the victim is decoding
+        kill_connection(s)
+        b_out = b_fut.result()["output_ids"]
+    wait_idle(on)
+    tick(on)
+    m1 = island_counts(scrape(on))
+    d = delta(m0, m1)
+    bystander_decode = (BYSTANDER_G - 2) // DECODE_INTERVAL
+    victim_decode = d["decode"] - bystander_decode
+    REPORT["disconnect_mid_decode"] = {"delta": d, "events_read": events,
+                                       "victim_decode_islands": victim_decode,
+                                       "full_decode_would_give": (G - 2) // DECODE_INTERVAL}
+    assert d["aborted"] == 1, d
+    assert 0 <= victim_decode < (G - 2) // DECODE_INTERVAL, d
+    assert b_out == ref(b_ids, BYSTANDER_G), "bystander output changed by the disconnect"
+    check_recovered(on, fleet, "on", ref, "disconnect mid-decode")
+
+
+def _abort(srv, rid):
+    r = requests.post(f"{srv.base_url}/abort_request", json={"rid": rid}, timeout=60)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def test_abort_request_by_rid_mid_prefill_and_mid_decode(on, ref, fleet):
+    """POST /abort_request {"rid": ...} (AbortReq; abort_all=False)."""
+    flush_ok(on)
+    tick(on)
+    m0 = island_counts(scrape(on))
+    with ThreadPoolExecutor(2) as pool:
+        b_ids, b_fut = _start_bystander(pool, on, "bystander-abort-prefill", ref)
+        off0 = log_offset(on)
+        v_fut = pool.submit(post_generate, on, prompt("abort-prefill", LONG_PROMPT), LONG_NEW,
+                            rid="abort-prefill")
+        wait_log(on, off0, CHUNK_128_LINE, count=2)  # the first chunk is committed
+        _abort(on, "abort-prefill")
+        v1 = v_fut.result()
+        b_out = b_fut.result()["output_ids"]
+    assert v1["meta_info"]["finish_reason"]["type"] == "abort", v1["meta_info"]
+    assert b_out == ref(b_ids, BYSTANDER_G)
+    wait_idle(on)
+    tick(on)
+    m1 = island_counts(scrape(on))
+    d1 = delta(m0, m1)
+    victim_chunks = d1["chunk"] - 1
+
+    G = 400
+    with ThreadPoolExecutor(2) as pool:
+        b2_ids, b2_fut = _start_bystander(pool, on, "bystander-abort-decode", ref)
+        off1 = log_offset(on)
+        v_fut = pool.submit(post_generate, on, prompt("abort-decode", 100), G, rid="abort-decode")
+        wait_decoding(on, off1, running=2, steps=5)
+        _abort(on, "abort-decode")
+        v2 = v_fut.result()
+        b2_out = b2_fut.result()["output_ids"]
+    wait_idle(on)
+    tick(on)
+    m2 = island_counts(scrape(on))
+    REPORT["abort_request"] = {
+        "prefill": {"completion_tokens": v1["meta_info"]["completion_tokens"],
+                    "victim_chunk_islands": victim_chunks, "delta": d1},
+        "decode": {"completion_tokens": v2["meta_info"]["completion_tokens"],
+                   "delta": delta(m1, m2)}}
+    assert v1["meta_info"]["completion_tokens"] == 0, v1["meta_info"]
+    assert 1 <= victim_chunks < math.ceil(LONG_PROMPT / CHUNK), d1
+    assert v2["meta_info"]["finish_reason"]["type"] == "abort", v2["meta_info"]
+    assert 0 < v2["meta_info"]["completion_tokens"] < G, v2["meta_info"]
+    assert b2_out == ref(b2_ids, BYSTANDER_G)
+    check_recovered(on, fleet, "on", ref, "abort_request")
+
+
+def test_flush_cache_refuses_or_defers_while_busy_and_flushes_when_idle(on, ref, fleet):
+    """Documented in this release (http_server.flush_cache, SchedulerFlushWrapper): without
+    `timeout` a busy server answers 400 "Flush cache failed." and flushes nothing; with
+    `?timeout=S` the flush waits until the scheduler is idle (or S passes) and then answers 200."""
+    ids, G = prompt("flush-inflight", 200), 60
+    ref.prefetch(ids, G)
+    flush_ok(on)
+    with ThreadPoolExecutor(1) as pool:
+        off0 = log_offset(on)
+        fut = pool.submit(post_generate, on, ids, G)
+        wait_decoding(on, off0, steps=3)
+        busy = flush(on)  # plain form: refused while a request runs
+        t0 = time.monotonic()
+        deferred = flush(on, timeout_q=REQ_TIMEOUT_S)
+        deferred_s = time.monotonic() - t0
+        busy_log = log_since(on, off0)
+        out = fut.result()
+    REPORT["flush_cache"] = {"busy": [busy.status_code, busy.text.strip()],
+                             "deferred": [deferred.status_code, deferred.text.split(".")[0]],
+                             "deferred_wait_s": round(deferred_s, 2)}
+    assert busy.status_code == 400 and "Flush cache failed" in busy.text, busy.text
+    assert "Cache not flushed because there are pending requests" in busy_log
+    assert deferred.status_code == 200 and "Cache flushed" in deferred.text, deferred.text
+    assert out["output_ids"] == ref(ids, G), "the in-flight request changed by the flush attempts"
+    assert out["meta_info"]["finish_reason"]["type"] == "length"
+    wait_idle(on)
+    time.sleep(1)  # past the overlap scheduler's trailing step: the plain form on an idle server
+    idle = flush(on)
+    REPORT["flush_cache"]["idle"] = [idle.status_code, idle.text.split(".")[0]]
+    assert idle.status_code == 200 and "Cache flushed" in idle.text
+    tick(on)
+    assert mval(scrape(on), TOMBSTONES) == 0
+    check_recovered(on, fleet, "on", ref, "flush_cache")
+
+
+def test_release_and_resume_memory_occupation(on, ref, fleet):
+    """Runs on CPU without --enable-memory-saver (the adapter is a no-op there, and
+    torch_memory_saver is not installed): release flushes the cache, resume restores nothing.
+    Only ever called idle: the scheduler asserts idleness and would die otherwise."""
+    wait_idle(on)
+    rel = requests.post(f"{on.base_url}/release_memory_occupation", json={}, timeout=REQ_TIMEOUT_S)
+    res = requests.post(f"{on.base_url}/resume_memory_occupation", json={}, timeout=REQ_TIMEOUT_S)
+    REPORT["memory_occupation"] = {"release": rel.status_code, "resume": res.status_code}
+    assert rel.status_code == 200, rel.text[:300]
+    assert res.status_code == 200, res.text[:300]
+    check_recovered(on, fleet, "on", ref, "release/resume memory occupation")
+
+
+# ---- retraction and SIGTERM (the small-pool islands server) ----------------------------------
+
+def test_retraction_under_pool_exhaustion(retract, ref, fleet):
+    """4 requests of 40 + 48 tokens over-admitted into a 250-token pool (new-token ratio 0.05):
+    decode runs out of KV and retracts; retracted requests are re-prefilled and still give the
+    islands-off outputs."""
+    N, P, G = 4, 40, 48
+    prompts = [prompt(f"retract-{i}", P) for i in range(N)]
+    for p in prompts:
+        ref.prefetch(p, G)
+    flush_ok(retract)
+    m0 = scrape(retract)
+    off0 = log_offset(retract)
+    with ThreadPoolExecutor(N) as ex:
+        outs = list(ex.map(lambda p: post_generate(retract, p, G), prompts))
+    log = log_since(retract, off0)
+    m1 = scrape(retract)
+    per_req = [o["meta_info"].get("num_retractions", 0) for o in outs]
+    retracted = mval(m1, RETRACTED, 0.0) - mval(m0, RETRACTED, 0.0)
+    REPORT["retraction"] = {"num_retractions_per_req": per_req, "metric_delta": retracted,
+                            "log_lines": log.count("KV cache pool is full. Retract requests."),
+                            "held_max_log": max((int(x[1]) for x in DECODE_FRAGMENT.findall(log)),
+                                                default=None)}
+    assert "KV cache pool is full. Retract requests." in log
+    assert retracted >= 1 and sum(per_req) >= 1, REPORT["retraction"]
+    assert [o["output_ids"] for o in outs] == [ref(p, G) for p in prompts], (
+        "retracted requests' outputs changed")
+    check_recovered(retract, fleet, "retract", ref, "retraction")
+
+
+def test_sigterm_drains_in_flight_request_and_exits_cleanly(retract, ref):
+    ids, G = prompt("sigterm-inflight", 40), 60
+    ref.prefetch(ids, G)
+    root = psutil.Process(retract.pid)
+    tree = [root, *root.children(recursive=True)]
+    record_cpu("retract", retract)
+    with ThreadPoolExecutor(1) as pool:
+        off0 = log_offset(retract)
+        fut = pool.submit(post_generate, retract, ids, G)
+        wait_decoding(retract, off0, steps=3)
+        t0 = time.monotonic()
+        os.kill(retract.pid, signal.SIGTERM)  # the launcher process only, as an orchestrator would
+        out = fut.result()
+    rc = retract.proc.wait(timeout=180)
+    exit_s = time.monotonic() - t0
+    gone, alive = psutil.wait_procs(tree, timeout=30)
+    log = retract.log_path.read_text(errors="replace")
+    REPORT["sigterm"] = {"returncode": rc, "exit_s": round(exit_s, 1), "tree": len(tree),
+                         "alive_after": [p.pid for p in alive]}
+    retract.stop()  # no-op cleanup; raises if any process of the group survived
+    assert out["meta_info"]["finish_reason"]["type"] == "length", out["meta_info"]
+    assert out["output_ids"] == ref(ids, G), "the drained request's output changed"
+    assert "SIGTERM received" in log and "Gracefully exiting" in log
+    assert not alive, f"processes left after SIGTERM: {[p.pid for p in alive]}"
+    # The launcher ends itself with kill_process_tree(include_parent=True), i.e. SIGKILL, after
+    # the drain and the schedulers' ShutdownReq: -9, not 0, in this release.
+    assert rc in (0, -signal.SIGKILL), rc
+
+
+# ---- 4. bad input at startup -----------------------------------------------------------------
+
+def _launch_expecting_failure(model, extra: list[str], log_path, timeout: float = BOOT_TIMEOUT_S):
+    """Launch sglang in its own process group; wait for it to exit. Returns a result dict with the
+    exit code, the log, whether /health ever answered, and the processes still alive after it."""
+    port = pick_free_port()
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), *BASE_ARGS,
+           "--host", HOST, "--port", str(port), *extra]
+    env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", OMP_NUM_THREADS="2", PYTHONUNBUFFERED="1")
+    seen: dict[int, psutil.Process] = {}
+    healthy = False
+    t0 = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=str(REPO_ROOT), start_new_session=True)
+        try:
+            while proc.poll() is None and time.monotonic() - t0 < timeout:
+                try:
+                    root = psutil.Process(proc.pid)
+                    for p in [root, *root.children(recursive=True)]:
+                        seen.setdefault(p.pid, p)
+                except psutil.NoSuchProcess:
+                    pass
+                try:
+                    healthy |= requests.get(f"http://{HOST}:{port}/health", timeout=2).ok
+                except requests.RequestException:
+                    pass
+                time.sleep(0.5)
+            rc = proc.poll()
+            _, alive = psutil.wait_procs(list(seen.values()), timeout=30)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+            for p in seen.values():
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+    return {"rc": rc, "wall_s": round(time.monotonic() - t0, 1), "healthy": healthy,
+            "alive": [p.pid for p in alive],
+            "log": pathlib.Path(log_path).read_bytes().decode(errors="replace")}
+
+
+def _non_hybrid_model(base, out):
+    """The tiny Laguna checkpoint with every layer full attention and sliding_window 0:
+    is_hybrid_swa_model() is False for Laguna without a sliding window (weights are shared)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for f in base.iterdir():
+        if f.is_file() and f.name != "config.json" and not f.name.startswith("."):
+            (out / f.name).symlink_to(f)
+    cfg = json.loads((base / "config.json").read_text())
+    cfg["layer_types"] = ["full_attention"] * len(cfg["layer_types"])
+    cfg["sliding_window"] = 0
+    (out / "config.json").write_text(json.dumps(cfg, indent=1))
+    return out
+
+
+class BadStarts:
+    """The three refused launches, run concurrently on threads. `start()` is idempotent: the fleet
+    starts them as soon as its servers are up (the tests leave a core mostly idle), and the
+    startup tests start them themselves when run alone."""
+
+    def __init__(self, model_path, tmp):
+        nonhybrid = _non_hybrid_model(model_path, tmp / "tiny-laguna-full-only")
+        common = COMMON_ARGS + ISLAND_ARGS
+        self.cases = {
+            "non_hybrid": (nonhybrid, common + ["--max-total-tokens", "2000"]),
+            "disable_radix_cache": (model_path, common + BIG_POOL + ["--disable-radix-cache"]),
+            # SWA pool = 0.05 x 2000 = 100 tokens < floor 128 + 33 + 1 = 162
+            "ratio_below_floor": (model_path, common + ["--max-total-tokens", "2000",
+                                                        "--swa-full-tokens-ratio", "0.05"]),
+        }
+        self.results: dict[str, dict] = {}
+        self.threads: list[threading.Thread] = []
+        self.lock = threading.Lock()
+        self.stamp = time.strftime("%Y%m%d-%H%M%S")
+
+    def _run(self, name: str) -> None:
+        model, extra = self.cases[name]
+        try:
+            self.results[name] = _launch_expecting_failure(
+                model, extra, DEFAULT_LOG_DIR / f"ops-bad-{name}-{self.stamp}.log")
+        except BaseException as e:
+            self.results[name] = {"rc": None, "healthy": None, "alive": [], "log": repr(e)}
+
+    def start(self) -> None:
+        with self.lock:
+            if self.threads:
+                return
+            DEFAULT_LOG_DIR.mkdir(parents=True, exist_ok=True)
+            for name in self.cases:
+                t = threading.Thread(target=self._run, args=(name,), name=f"bad-{name}",
+                                     daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    def join(self) -> dict[str, dict]:
+        self.start()
+        for t in self.threads:
+            t.join()
+        REPORT["bad_starts"] = {n: {k: v for k, v in r.items() if k != "log"}
+                                for n, r in self.results.items()}
+        return self.results
+
+
+@pytest.fixture(scope="module")
+def bad(model_path, tmp_path_factory):
+    b = BadStarts(model_path, tmp_path_factory.mktemp("bad-starts"))
+    yield b
+    for t in b.threads:
+        t.join()
+
+
+@pytest.fixture(scope="module")
+def bad_starts(bad):
+    return bad.join()
+
+
+def _assert_refused(r: dict, *messages: str) -> None:
+    tail = "\n".join(r["log"].splitlines()[-15:])
+    assert r["rc"] is not None and r["rc"] != 0, f"exit code {r['rc']}; log tail:\n{tail}"
+    assert not r["healthy"], "the server answered /health"
+    for m in messages:
+        assert m in r["log"], f"{m!r} not in the log; tail:\n{tail}"
+    assert not r["alive"], f"processes left running: {r['alive']}"
+
+
+def test_startup_refuses_islands_on_a_non_hybrid_model(bad_starts):
+    _assert_refused(bad_starts["non_hybrid"], "--enable-swa-islands cannot be used here",
+                    "not a hybrid sliding-window model")
+
+
+def test_startup_refuses_islands_with_disable_radix_cache(bad_starts):
+    _assert_refused(bad_starts["disable_radix_cache"], "--enable-swa-islands cannot be used here",
+                    "--disable-radix-cache builds a chunk cache")
+
+
+def test_startup_refuses_a_ratio_below_the_island_floor(bad_starts):
+    _assert_refused(bad_starts["ratio_below_floor"], "SWA pool of 100 tokens",
+                    f"below the island floor of a single request ({ISLAND_FLOOR} tokens: one "
+                    f"chunk of {CHUNK} + window {W} + page {PAGE})",
+                    "Raise --swa-full-tokens-ratio")
