@@ -82,7 +82,7 @@ build_gate_cmd() {  # model-name model-dir extra-gate-args...  -> the array CMD
   local name="$1" dir="$2"; shift 2
   CMD=("$PY" scripts/equality_gate.py --device cuda --oracle-device cuda --model "$dir"
        --pages "$PAGE" --chunk "$CHUNK" --decode-interval "$INTERVAL"
-       --max-total-tokens 131072 --swa-ratio 0.5 --kv-page-invariants
+       --max-total-tokens 131072 --swa-ratio 0.5
        --server-args "$(server_args_for "$name")"
        --log-dir "$GATE_OUT/logs" --oracle-cache "$GATE_OUT/oracle-cache.json")
   [ -z "$WORKLOAD" ] || CMD+=("$WORKLOAD")
