@@ -370,8 +370,15 @@ class SglangServer:
         return GenerateResult(output_ids=list(j["output_ids"]), meta_info=j.get("meta_info", {}),
                               text=j.get("text"))
 
-    def flush_cache(self) -> None:
-        r = requests.post(f"{self.base_url}/flush_cache", timeout=60)
+    def flush_cache(self, wait_s: float = 60.0) -> None:
+        """Flush the radix cache once the server is idle.
+
+        A plain /flush_cache refuses (400) while any request is running or waiting, which includes
+        the short moment after a response before the overlap scheduler retires its last batch;
+        ``?timeout=S`` makes the server wait up to S seconds for idleness instead.
+        """
+        r = requests.post(f"{self.base_url}/flush_cache", params={"timeout": wait_s},
+                          timeout=wait_s + 60)
         if r.status_code != 200:
             raise ServerError(f"/flush_cache returned {r.status_code}: {r.text[:500]}")
 
