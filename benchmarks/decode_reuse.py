@@ -61,9 +61,11 @@ sys.path.insert(0, str(ROOT))
 
 from islands_harness.decode_reuse import (  # noqa: E402
     LogScan,
+    code_version,
     SwaSampler,
     Turn,
     conversation,
+    flush_cache_when_idle,
     follow_up_while_running,
     island_inserts,
     metrics_text,
@@ -142,7 +144,7 @@ class Phase:
         self.sampler = SwaSampler(srv)
 
     def __enter__(self) -> "Phase":
-        self.srv.flush_cache()
+        flush_cache_when_idle(self.srv)
         self.scan.reset()
         self.t0 = time.monotonic()
         self.sampler.__enter__()
@@ -179,6 +181,7 @@ def run_arm(model: pathlib.Path, vocab_hi: int, arm: str, shape: Shape,
             extra_args: list[str]) -> dict[str, Any]:
     srv = SglangServer(model, SERVER_ARGS + ARMS[arm] + extra_args, boot_timeout_s=900)
     progress(f"{arm}: booting")
+    code = code_version()
     srv.start()
     progress(f"{arm}: up in {srv.boot_s:.0f} s (log {srv.log_path})")
     outputs: dict[str, list[int]] = {}
@@ -297,6 +300,7 @@ def run_arm(model: pathlib.Path, vocab_hi: int, arm: str, shape: Shape,
         "chunk_islands": chunk_islands,
         "phases": phases,
         "boot_s": round(srv.boot_s, 1),
+        "code_at_boot": code,
         "log": str(srv.log_path),
         "_outputs": outputs,
     }
@@ -375,6 +379,11 @@ def markdown(result: dict[str, Any]) -> str:
     row("boot s / workload s", lambda a: f"{a['boot_s']} / "
         f"{round(sum(p['seconds'] for p in a['phases'].values()), 1)}")
     eq = result["outputs"]
+    codes = {n: arms[n].get("code_at_boot", {}) for n in names}
+    lines += ["", "Code at each boot: " + "; ".join(
+        f"{n}: {c.get('head')}{' +dirty ' + str(c['dirty']) if c.get('dirty') else ''}, "
+        f"installed swa_island_radix_cache.py sha256 {c.get('installed_swa_island_radix_cache_sha256_16')}"
+        for n, c in codes.items())]
     lines += ["", f"Outputs: {eq['requests_compared']} requests, islands == upstream token for "
                   f"token: {eq['all_equal']}" + ("" if eq["all_equal"] else f" (differ: {eq['differ']})"),
               "", f"Upstream baseline for comparison (same model and shape): {json.dumps(BASELINE)}",

@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence
 
 import requests
 
-from islands_harness.server import GenerateResult, ServerError, SglangServer
+from islands_harness.server import REPO_ROOT, GenerateResult, ServerError, SglangServer
 
 # ---- streaming ---------------------------------------------------------------------------------
 
@@ -132,6 +132,23 @@ class StreamingRequest:
             raise ServerError(f"{self.name}: {self.error!r}") from self.error
         assert self.result is not None
         return self.result
+
+
+def flush_cache_when_idle(srv: SglangServer, timeout: float = 120.0) -> int:
+    """`/flush_cache`, retried until it succeeds: sglang refuses it (400 "Flush cache failed.")
+    while any request is still in the scheduler, which lags the client's last stream chunk by a
+    step or two. Returns the number of refusals."""
+    deadline = time.monotonic() + timeout
+    refusals = 0
+    while True:
+        try:
+            srv.flush_cache()
+            return refusals
+        except ServerError:
+            refusals += 1
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def random_ids(rng: random.Random, n: int, vocab_hi: int) -> list[int]:
@@ -374,3 +391,27 @@ def conversation(srv: SglangServer, first_prompt: Sequence[int], user_texts: Seq
             cur.wait(timeout)
     return turns
 
+
+def code_version() -> dict[str, Any]:
+    """The project commit, uncommitted changes under python/ and patches/, and a digest of the
+    installed island cache module (what a server booted now imports)."""
+    import hashlib
+    import subprocess
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                                  timeout=60).stdout.strip()
+        except Exception as e:  # not a checkout
+            return f"<{e!r}>"
+
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("sglang.srt.mem_cache.swa_island_radix_cache")
+        digest = hashlib.sha256(pathlib.Path(spec.origin).read_bytes()).hexdigest()[:16]
+    except Exception as e:
+        digest = f"<{e!r}>"
+    return {"head": git("rev-parse", "--short", "HEAD"),
+            "dirty": git("status", "--porcelain", "--", "python", "patches").splitlines(),
+            "installed_swa_island_radix_cache_sha256_16": digest}

@@ -50,7 +50,9 @@ import pytest
 
 from islands_harness.decode_reuse import (
     LogScan,
+    code_version,
     conversation,
+    flush_cache_when_idle,
     follow_up_while_running,
     island_inserts,
     metrics_text,
@@ -94,10 +96,12 @@ class ArmRun:
     boot_s: float
     work_s: float
     log_path: str
+    code_at_boot: dict
 
 
 def run_arm(model, vocab_hi: int, arm: str) -> ArmRun:
     srv = SglangServer(model, SERVER_ARGS + ARMS[arm], boot_timeout_s=600)
+    code = code_version()
     srv.start()
     try:
         scan = LogScan(srv.log_path)
@@ -110,7 +114,7 @@ def run_arm(model, vocab_hi: int, arm: str) -> ArmRun:
             timeout=REQUEST_TIMEOUT_S, log=lambda m: log(f"{arm}: {m}"))
         convs = {}
         for mode, seed in (("after_finish", 1), ("while_running", 2)):
-            srv.flush_cache()
+            flush_cache_when_idle(srv)
             crng = random.Random(seed)
             first = random_ids(crng, PROMPT_LEN, vocab_hi)
             users = [random_ids(crng, USER, vocab_hi) for _ in range(TURNS - 1)]
@@ -123,7 +127,8 @@ def run_arm(model, vocab_hi: int, arm: str) -> ArmRun:
         stats = scan.stats()
     finally:
         srv.stop()
-    return ArmRun(fu, convs, metric, stats.decode_islands, srv.boot_s, work_s, str(srv.log_path))
+    return ArmRun(fu, convs, metric, stats.decode_islands, srv.boot_s, work_s, str(srv.log_path),
+                  code)
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +145,7 @@ def runs():
         "conversations": {m: [t.row() for t in ts] for m, ts in r.convs.items()},
         "decode_islands_metric": r.decode_islands_metric,
         "decode_islands_log": r.log_decode_islands,
+        "code_at_boot": r.code_at_boot,
     } for arm, r in out.items()}
     MEASUREMENTS.parent.mkdir(parents=True, exist_ok=True)
     MEASUREMENTS.write_text(json.dumps(summary, indent=1) + "\n")
