@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two-boot equality gate: SWA islands must be invisible in the outputs (CPU, tiny hybrid model).
 #
-#   scripts/equality_gate.sh --quick             page 1, small workload (about 3-5 min, 2 cores)
+#   scripts/equality_gate.sh --quick             page 1, small workload (~1-2 min on 2 idle cores)
 #   scripts/equality_gate.sh                     full: pages 1 and 16
 #   scripts/equality_gate.sh --quick --negative-control    must FAIL (exit 1): wrong frontier
 #   scripts/equality_gate.sh --help

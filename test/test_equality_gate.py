@@ -1,6 +1,8 @@
 """The two-boot equality gate (scripts/equality_gate.py) and its negative control.
 
-Server tests (``-m server``), about 5-7 minutes on 2 idle cores in total:
+Server tests (``-m server``). Measured on 2 cores: 125 s for both with the HF oracle cached in
+.work/ and the machine otherwise idle (quick gate 53 s, control 69 s); add ~1 min for a cold
+oracle cache (a fresh checkout); 9-11 min when the cores are shared with other loaded servers.
 - ``--quick`` must PASS: islands on and off give byte-identical outputs, agree with HF greedy,
   islands really hit (cache hits, a decode-island hit), both pools are conserved;
 - the negative control (islands boot with test/shims/wrong_frontier, which frees SWA KV a window
