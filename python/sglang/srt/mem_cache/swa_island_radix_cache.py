@@ -2,8 +2,11 @@
 
 Vocabulary (tokens are positions in one request's sequence, 0-based):
 
-- ``window_left``: ``SWARadixCache.sliding_window_size``. In this release it is the model's window
-  minus one: the query at position ``i`` attends to SWA keys ``[i - window_left, i]``.
+- ``window_left``: ``SWARadixCache.sliding_window_size``, treated as the number of keys before the
+  query that SWA attends to: the query at position ``i`` reads ``[i - window_left, i]``. Models
+  with ``get_attention_sliding_window_size`` (Gemma, GPT-OSS) pass ``config.sliding_window - 1``,
+  which is exact; others (Laguna) pass the HF window itself, so islands keep one token more than
+  needed there.
 - ``w``: the model's sliding window, ``window_left + 1`` tokens (1024 for Gemma 4).
 - ``p``: page size in tokens.
 - ``L``: committed length: tokens whose KV is written (or enqueued) for the request.
