@@ -277,6 +277,7 @@ ARMS: Dict[str, Arm] = {
         Arm("islands_0.10", "0.10", ("--enable-swa-islands",)),
         Arm("upstream_knobs_0.10", "0.10", (), tuple(KNOBS_ENV.items())),
         Arm("islands_floor", "floor", ("--enable-swa-islands",)),
+        Arm("upstream_knobs_floor", "floor", (), tuple(KNOBS_ENV.items())),
     )
 }
 QUICK_ARMS = [
@@ -1181,6 +1182,8 @@ def to_markdown(result: Dict[str, Any]) -> str:
 
 
 def plot_running(result: Dict[str, Any], runs: List[Dict[str, Any]], png: pathlib.Path) -> None:
+    """Running requests per arm (repeat 0): left against wall seconds, right against the share of
+    each arm's own wall time (the shape survives a machine whose load changes between arms)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1192,40 +1195,56 @@ def plot_running(result: Dict[str, Any], runs: List[Dict[str, Any]], png: pathli
         "chunk_cache": "#7f7f7f", "upstream_0.32": "#1f77b4", "upstream_0.17": "#d62728",
         "upstream_knobs_0.17": "#ff7f0e", "islands_0.17": "#2ca02c", "islands_0.10": "#17becf",
         "upstream_knobs_0.10": "#bcbd22", "islands_floor": "#9467bd",
+        "upstream_knobs_floor": "#8c564b",
     }
-    fig, axes = plt.subplots(len(phases), 1, figsize=(11, 4.2 * len(phases)), squeeze=False)
+    styles = {"upstream_knobs_0.10": "--", "islands_0.10": "--", "islands_floor": ":",
+              "upstream_knobs_floor": ":"}
+    fig, axes = plt.subplots(len(phases), 2, figsize=(15, 4.0 * len(phases) + 1.2), squeeze=False,
+                             gridspec_kw={"width_ratios": [3, 2]})
     cap = result["cap"]
-    for ax, phase in zip(axes[:, 0], phases):
-        for n in names:
-            r = next((r for r in runs if r["arm"] == n and phase in r), None)
-            if r is None:
-                continue
-            s = r[phase]["series"]
-            if not s:
-                continue
-            a = result["arms"][n]
-            label = (f"{n} (SWA {a['swa_pool']:,}): max {r[phase]['max_running']}, "
-                     f"mean {r[phase]['mean_running']:.1f}")
-            ax.step([x[0] for x in s], [x[1] for x in s], where="post", lw=1.6,
-                    color=colors.get(n), label=label, alpha=0.9)
-        ax.axhline(cap, ls="--", color="black", lw=1)
-        ax.text(0, cap + 0.25, f"cap --max-running-requests {cap}", fontsize=8, va="bottom")
-        ax.set_ylim(0, cap + 2)
-        ax.set_xlim(left=0)
-        ax.set_xlabel("seconds since the workload started")
-        ax.set_ylabel("running requests")
-        title = {"no_reuse": f"no reuse: {result['workload']['requests']} random ~2k-token prompts, "
-                             f"{result['workload']['clients']} clients",
-                 "agent": f"agent: {result['workload']['convs']} conversations × "
-                          f"{result['workload']['turns']} turns, transcript re-sent"}[phase]
-        ax.set_title(title + " (repeat 0, sglang:num_running_reqs)", fontsize=10)
-        ax.legend(fontsize=8, loc="upper right", framealpha=0.9)
-        ax.grid(alpha=0.3)
-    fig.suptitle("Running requests over time per arm (tiny model, CPU; w=32, cp=512, cap 16)",
-                 fontsize=11)
-    fig.tight_layout()
+    handles = {}
+    wl = result["workload"]
+    for row, phase in enumerate(phases):
+        for col in (0, 1):
+            ax = axes[row, col]
+            for n in names:
+                r = next((r for r in runs if r["arm"] == n and r.get("repeat", 0) == 0 and phase in r),
+                         None)
+                if r is None or not r[phase].get("series"):
+                    continue
+                s = r[phase]["series"]
+                wall = max(r[phase].get("wall_s") or 0.0, 1e-9)
+                xs = [x[0] for x in s] if col == 0 else [x[0] / wall for x in s]
+                (h,) = ax.step(xs, [x[1] for x in s], where="post", lw=1.5, alpha=0.9,
+                               color=colors.get(n), ls=styles.get(n, "-"))
+                a = result["arms"].get(n, {})
+                handles[n] = (h, f"{n} (SWA pool {a.get('swa_pool') or 0:,})")
+            ax.axhline(cap, ls="--", color="black", lw=1)
+            ax.set_ylim(0, cap + 1.5)
+            ax.grid(alpha=0.3)
+            if col == 0:
+                ax.text(0, cap + 0.2, f"cap (--max-running-requests {cap})", fontsize=8, va="bottom")
+                ax.set_xlim(left=0)
+                ax.set_xlabel("seconds since the workload started (wall clock, shared machine)")
+                ax.set_ylabel("running requests")
+                title = {"no_reuse": f"no reuse: {wl['requests']} random ~2k-token prompts, "
+                                     f"{wl['out_min']}-{wl['out_max']} output tokens, "
+                                     f"{wl['clients']} clients",
+                         "agent": f"agent: {wl['convs']} conversations × {wl['turns']} turns, "
+                                  "transcript re-sent each turn"}[phase]
+                ax.set_title(title, fontsize=10)
+            else:
+                ax.set_xlim(0, 1)
+                ax.set_xlabel("share of the arm's own wall time")
+                ax.set_title("same, time normalised per arm", fontsize=10)
+    order = [n for n in names if n in handles]
+    fig.legend([handles[n][0] for n in order], [handles[n][1] for n in order], loc="lower center",
+               ncol=min(4, len(order)), fontsize=9, frameon=False)
+    fig.suptitle("Running requests over time per arm (sglang:num_running_reqs, repeat 0; tiny model "
+                 f"on CPU, w=32, cp=512, cap {cap})", fontsize=11)
+    fig.tight_layout(rect=(0, 0.07 if len(order) > 4 else 0.05, 1, 1))
     png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
+    fig.savefig(png, dpi=100)
     plt.close(fig)
 
 
