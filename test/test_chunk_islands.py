@@ -309,29 +309,119 @@ def test_swa_pressure_eviction_keeps_invariants():
 # ---- double frees ------------------------------------------------------------------------------
 
 
-def test_double_frees_are_structurally_impossible():
-    stack = build_stack(window=32, chunk=128)
-    rng = random.Random(9)
-    sched = MiniScheduler(stack)
-    a = sched.submit("a", random_prompt(rng, 600), 50)
-    while not a.output_ids:
-        sched.step()
+@pytest.mark.parametrize("page", [1, 16])
+def test_double_frees_are_structurally_impossible(page):
+    """The island free has no ``> 0`` filter and no ``unique`` (no host sync): it relies on the
+    parts being live and disjoint by construction. Try to break that:
+
+    - twins (one prompt, one prefill batch): the second one's chunk commit deduplicates into the
+      first one's node below its frontier;
+    - two requests with the same prompt decode the same tokens (the synthetic next token depends
+      only on the output length); the second trails by more than ``w + p``, so its decode islands
+      deduplicate into the first one's nodes below their frontier: the insert frees those
+      duplicates before the island free runs;
+    - committing the same chunk twice is a no-op;
+    - re-freeing tombstoned pages, or a live page listed twice, is refused by the debug check
+      before anything changes.
+    ``SGLANG_DEBUG_MEMORY_POOL=1`` (conftest) makes every island free assert live, page-aligned,
+    listed once; ``check_invariants`` checks both free lists after every step.
+    """
+    from sglang.srt.mem_cache.swa_island_radix_cache import free_live_swa_pages
+
+    # cp 512: decode islands every 128 tokens > w + p, so an island insert reaches below its frontier
+    stack = build_stack(window=32, page=page, chunk=512, full_pool=32768, swa_pool=16384)
     tree, alloc = stack.tree, stack.allocator
+    assert tree._check_frees, "conftest sets SGLANG_DEBUG_MEMORY_POOL=1"
+    dedup = []
+    insert = tree.insert
+
+    def observe_insert(params):  # observation only: the real insert runs
+        result = insert(params)
+        if tree._pending_frontier is not None and result.prefix_len > params.prev_prefix_len:
+            dedup.append((params.prev_prefix_len, result.prefix_len, tree._pending_frontier))
+        return result
+
+    tree.insert = observe_insert
+    rng = random.Random(9)
+    sched = MiniScheduler(stack, max_running=4)
+    # twins in one prefill batch: the second one's chunk commit deduplicates into the first one's
+    # node below its frontier (the insert frees those slots; the island free must skip them)
+    short = random_prompt(rng, 300)
+    twins = [sched.submit("t1", short, 40), sched.submit("t2", list(short), 40)]
+    sched.step()
+    sched.step()
+    assert any(prev < frontier for prev, _, frontier in dedup), f"no twin dedup: {dedup}"
+    sched.run(after_step=lambda: check_invariants(stack, sched.running))
+    assert twins[0].output_ids == twins[1].output_ids
+
+    prompt = random_prompt(rng, 1200)
+    a = sched.submit("a", prompt, 700)
+    sched.step()
+    sched.step()  # the scheduler commits chunk 1 when it schedules chunk 2
+    assert sched.chunked_req is a and a.cache_protected_len > 0
+    # commit the chunk that just ran (chunk 2) ahead of the scheduler; committing it again, here
+    # and then by the scheduler's own next step, frees nothing
+    tree.cache_unfinished_req(a, chunked=True)
+    before = stack.free_sizes()
+    tree.cache_unfinished_req(a, chunked=True)
+    assert stack.free_sizes() == before
+    check_invariants(stack, sched.running + [a])
+    while len(a.output_ids) < 300:
+        sched.step()
+        check_invariants(stack, sched.running)
+    # B trails A by > w + p tokens: its decode islands deduplicate below their frontier
+    b = sched.submit("b", list(prompt), 300)
+    while len(b.output_ids) < 200:
+        sched.step()
+        check_invariants(stack, sched.running)
+    assert any(prev < frontier for prev, _, frontier in dedup), (
+        f"no island insert deduplicated below its frontier: {dedup}"
+    )
+
     tombstones = [n for n in tree_nodes(tree) if n.swa_tombstone]
     assert tombstones
     before = stack.free_sizes()
-    # 1. freeing tombstoned SWA again, with page-size-1 duplicates inside one call
-    vals = torch.cat([n.value for n in tombstones] * 3)
-    tree._free_swa_once([vals, vals])
-    alloc.free_swa(tombstones[0].value)
-    assert stack.free_sizes() == before
-    # 2. committing the same length twice is a no-op
-    tree.cache_unfinished_req(a)
-    tree.cache_unfinished_req(a)
+    # re-freeing tombstoned pages (duplicates inside one call included) is refused, unchanged
+    starts = torch.cat([n.value[::page] for n in tombstones])
+    for bad in (starts, torch.cat([starts, starts])):
+        with pytest.raises(AssertionError):
+            free_live_swa_pages(alloc, bad, check=True)
+        assert stack.free_sizes() == before
+    # a live page listed twice is refused too
+    live = next(n for n in tree_nodes(tree) if not n.swa_tombstone and n.value.numel())
+    with pytest.raises(AssertionError, match="twice"):
+        free_live_swa_pages(alloc, torch.cat([live.value[:page:page]] * 2), check=True)
     assert stack.free_sizes() == before
     check_invariants(stack, sched.running)
     sched.run(after_step=lambda: check_invariants(stack, sched.running))
+    assert list(a.output_ids[: len(b.output_ids)]) == list(b.output_ids)
     assert_pools_back_to_baseline(stack)
+
+
+@pytest.mark.parametrize("page", [1, 16])
+def test_live_page_free_matches_upstream_free_swa(page):
+    """``free_live_swa_pages`` leaves the allocator exactly as ``free_swa`` does (same free pages,
+    same mapping), on live whole pages."""
+    from sglang.srt.mem_cache.swa_island_radix_cache import free_live_swa_pages
+
+    states = []
+    for ours in (False, True):
+        stack = build_stack(window=32, page=page, chunk=128, islands=False)
+        alloc = stack.allocator
+        sched = MiniScheduler(stack)
+        r = sched.submit("r", random_prompt(random.Random(3), 96), 5)
+        sched.step()
+        row = stack.req_to_token_pool.req_to_token[r.req_pool_idx, : 96].to(torch.int64)
+        span = row[16:80]
+        if ours:
+            assert free_live_swa_pages(alloc, span[::page].clone(), check=True) == 64
+        else:
+            alloc.free_swa(span)
+        sub = alloc.swa_attn_allocator
+        free = torch.cat([sub.free_pages, sub.release_pages])
+        states.append((sorted(free.tolist()), alloc.full_to_swa_index_mapping.clone()))
+    assert states[0][0] == states[1][0]
+    assert torch.equal(states[0][1], states[1][1])
 
 
 # ---- randomized ---------------------------------------------------------------------------------

@@ -36,17 +36,17 @@ Invariants kept (checked by ``islands_harness.invariants`` in tests):
 - every node inside a request's SWA-lock range is live; leaves are never tombstones;
 - a prefix match never ends where the preceding ``window_left`` tokens are not live
   (``SWARadixCache._match_prefix_helper``'s rule; islands are ``>= w`` tokens long);
-- full-pool KV is never freed by the island path; SWA slots are freed only through
-  ``free_swa``, whose mapping read-then-zero makes a second free of the same slot a no-op; the
-  slots of one island free call are disjoint by construction (a slice of the request's own row
-  plus distinct tree nodes), so one call never frees a slot twice either.
+- full-pool KV is never freed by the island path; SWA pages are freed only through
+  :func:`free_live_swa_pages`, once each: the request's own pages above its insert's dedup point
+  and below the frontier (``swa_evicted_seqlen`` then moves to the frontier), and tree nodes that
+  are tombstoned in the walk that lists them (``docs/SAFETY.md``).
 
 Ordering with the overlap scheduler (why freeing at commit is safe):
 
 - Middle-chunk commits run in ``Scheduler.get_next_batch_to_run`` (``stash_chunked_request``)
   after ``_apply_war_barrier`` and before ``run_batch``; chunk ``k`` may still be in flight and
   reads SWA KV of ``[L_{k-1} - window_left, L_k)``, which overlaps ``[.., t_k)``. On CUDA the WAR
-  barrier makes the schedule stream (where ``free_swa`` zeroes the full->SWA mapping) wait for
+  barrier makes the schedule stream (where the island free zeroes the full->SWA mapping) wait for
   chunk ``k``'s forward; on CPU the forward has completed when ``run_batch`` returns; without
   overlap nothing is in flight. Elsewhere (ROCm/NPU without ``SGLANG_ENABLE_WAR_BARRIER``) the
   frontier of a middle-chunk commit is taken from the chunk's start, ``L_{k-1}``, which the
@@ -75,6 +75,7 @@ from sglang.srt.mem_cache.base_prefix_cache import (
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache, TreeNode
+from sglang.srt.utils import get_bool_env_var
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
@@ -147,6 +148,66 @@ def commit_frees_are_stream_ordered(device: torch.device, overlap: bool) -> bool
     return bool(is_cuda() or envs.SGLANG_ENABLE_WAR_BARRIER.get())
 
 
+def free_live_swa_pages(allocator, page_starts: torch.Tensor, check: bool = False) -> int:
+    """Free the SWA pages behind live full-pool pages; returns the SWA tokens freed.
+
+    ``page_starts``: int64 full-pool indices, one per page (every index at ``p == 1``), each the
+    first slot of a whole page whose ``p`` slots the request or node holds in order (a slice
+    ``row[a:b:p]`` of a ``req_to_token`` row or ``node.value[::p]``, with ``a`` page-aligned).
+
+    Preconditions (what the island path guarantees by construction, see ``docs/SAFETY.md``):
+    every page's SWA slots are live (``full_to_swa_index_mapping > 0``), a full page's SWA page
+    holds its slots at the same offsets (``alloc_extend``/``alloc_decode`` allocate both pools
+    page by page), and no page is listed twice. ``check=True`` (``SGLANG_DEBUG_MEMORY_POOL=1``)
+    asserts all three before freeing.
+
+    Unlike ``free_swa`` this reads the mapping once per page and needs no ``> 0`` filter and no
+    ``unique``: no op whose output size depends on data, so no host synchronisation on CUDA. The
+    SWA pages go where ``PagedTokenToKVPoolAllocator.free`` / ``TokenToKVPoolAllocator.free`` put
+    them (``release_pages`` with ``need_sort``, else ``free_pages``); the mapping is zeroed, so a
+    later ``free``/``free_swa`` of these full indices (eviction of the tombstone) frees no SWA.
+    """
+    n = page_starts.numel()
+    if n == 0:
+        return 0
+    p = allocator.page_size
+    mapping = allocator.full_to_swa_index_mapping
+    swa_starts = mapping[page_starts]
+    if check:
+        _check_live_pages(mapping, page_starts, swa_starts, p)
+    sub = allocator.swa_attn_allocator
+    if p == 1:
+        sub.free(swa_starts)  # TokenToKVPoolAllocator.free: a concatenation, no filter
+        mapping.index_fill_(0, page_starts, 0)
+        return n
+    swa_pages = swa_starts // p
+    if not sub.is_not_in_free_group:
+        sub.free_group.append(swa_starts)
+    elif sub.need_sort:
+        sub.release_pages = torch.cat((swa_pages, sub.release_pages))
+    else:
+        sub.free_pages = torch.cat((swa_pages, sub.free_pages))
+    if (mapping.numel() - 1) % p == 0:  # [0, size + p) as whole pages; the last entry is -1
+        mapping[:-1].view(-1, p).index_fill_(0, page_starts // p, 0)
+    else:
+        offsets = torch.arange(p, dtype=page_starts.dtype, device=page_starts.device)
+        mapping.index_fill_(0, (page_starts[:, None] + offsets[None, :]).reshape(-1), 0)
+    return n * p
+
+
+def _check_live_pages(mapping, page_starts, swa_starts, p) -> None:
+    """The preconditions of :func:`free_live_swa_pages` (debug only: synchronises on CUDA)."""
+    assert torch.unique(page_starts).numel() == page_starts.numel(), "a page listed twice"
+    assert bool((page_starts % p == 0).all()), "not a page start"
+    assert bool((swa_starts > 0).all()), "SWA already freed (double free)"
+    if p > 1:
+        offsets = torch.arange(p, dtype=page_starts.dtype, device=page_starts.device)
+        full = page_starts[:, None] + offsets[None, :]
+        assert bool((mapping[full] == swa_starts[:, None] + offsets[None, :]).all()), (
+            "full page and SWA page not aligned"
+        )
+
+
 @dataclasses.dataclass
 class IslandStats:
     """Monotonic counters of the island path (tokens are SWA slots)."""
@@ -175,6 +236,9 @@ class SWAIslandRadixCache(SWARadixCache):
             labels = getattr(self.metrics_collector, "labels", None)
             self.island_metrics = SWAIslandMetrics(labels or {"cache_type": type(self).__name__})
         self._pending_frontier: Optional[int] = None
+        # prefix_len of the island insert: where the insert stopped deduplicating (see insert)
+        self._insert_prefix_len = 0
+        self._check_frees = get_bool_env_var("SGLANG_DEBUG_MEMORY_POOL")
         self.decode_interval = decode_island_interval(
             params.chunked_prefill_size, _decode_interval_override()
         )
@@ -206,21 +270,18 @@ class SWAIslandRadixCache(SWARadixCache):
         if frontier == 0:
             return super().cache_unfinished_req(req, chunked=chunked)
         owned_from = max(req.cache_protected_len, req.swa_evicted_seqlen)
+        # Request-owned pages below the frontier, captured before the commit rewrites req_to_token
+        # with tree indices.
+        owned = self._owned_page_starts(req, owned_from, frontier)
 
-        # Request-owned slots below the frontier, captured before the commit rewrites
-        # req_to_token with tree indices (insert may deduplicate them into existing nodes).
-        owned = self.req_to_token_pool.req_to_token[
-            req.req_pool_idx, owned_from : max(owned_from, frontier)
-        ].to(torch.int64)
-
-        self._pending_frontier = frontier
+        self._pending_frontier, self._insert_prefix_len = frontier, 0
         try:
             super().cache_unfinished_req(req, chunked=chunked)
         finally:
             self._pending_frontier = None
 
         dead = self._tombstone_path_below(req.last_node, frontier)
-        self._free_swa_once([owned] + dead)
+        self._free_live_swa([self._not_deduplicated(owned, owned_from)] + dead)
         req.swa_evicted_seqlen = max(req.swa_evicted_seqlen, frontier)
         self.stats.chunk_islands += 1
 
@@ -231,7 +292,9 @@ class SWAIslandRadixCache(SWARadixCache):
         params = dataclasses.replace(
             params, swa_evicted_seqlen=max(params.swa_evicted_seqlen, frontier)
         )
-        return super().insert(params)
+        result = super().insert(params)
+        self._insert_prefix_len = result.prefix_len
+        return result
 
     def inc_lock_ref(self, node: TreeNode) -> IncLockRefResult:
         """During an island commit, first split the live node straddling the frontier, so the
@@ -290,10 +353,10 @@ class SWAIslandRadixCache(SWARadixCache):
             return
         row = self.req_to_token_pool.req_to_token[req.req_pool_idx]
         owned_from = max(old_prefix_len, req.swa_evicted_seqlen)
-        owned = row[owned_from : max(owned_from, frontier)].to(torch.int64)
+        owned = self._owned_page_starts(req, owned_from, frontier)
         values = row[: len(radix_key)].to(dtype=torch.int64, copy=True)
 
-        self._pending_frontier = frontier
+        self._pending_frontier, self._insert_prefix_len = frontier, 0
         try:
             self.insert(
                 InsertParams(
@@ -325,7 +388,7 @@ class SWAIslandRadixCache(SWARadixCache):
         req.prefix_indices = new_indices
 
         dead = self._tombstone_path_below(new_last_node, frontier, keep=self._prompt_island(req))
-        self._free_swa_once([owned] + dead)
+        self._free_live_swa([self._not_deduplicated(owned, owned_from)] + dead)
         req.swa_evicted_seqlen = max(req.swa_evicted_seqlen, frontier)
         self.stats.decode_islands += 1
 
@@ -383,8 +446,8 @@ class SWAIslandRadixCache(SWARadixCache):
         self, last_node: TreeNode, frontier: int, keep: Tuple[int, int] = (0, 0)
     ) -> List[torch.Tensor]:
         """Tombstone live, SWA-unlocked nodes of the path root..last_node that end at or before
-        ``frontier`` and do not overlap ``keep`` (positions). Returns their full-pool values,
-        whose SWA slots the caller frees."""
+        ``frontier`` and do not overlap ``keep`` (positions). Returns their full-pool page starts
+        (``value[::p]``), whose SWA pages the caller frees."""
         path = []
         node = last_node
         while node is not None and node is not self.root_node:
@@ -398,33 +461,44 @@ class SWAIslandRadixCache(SWARadixCache):
             if node.swa_tombstone or node.swa_lock_ref > 0 or (start < keep[1] and pos > keep[0]):
                 continue
             assert node.children, f"island path would tombstone a leaf, {node.id=}"
-            dead.append(node.value)
+            dead.append(node.value[:: self.page_size])
             self.swa_lru_list.remove_node(node)
             self._tombstone_internal_node(node)
         return dead
 
-    def _free_swa_once(self, values: List[torch.Tensor]) -> None:
-        """Free the SWA slots of ``values`` in one ``free_swa`` call.
+    def _owned_page_starts(self, req: Req, owned_from: int, frontier: int) -> torch.Tensor:
+        """Page starts of ``req``'s own slots in ``[owned_from, frontier)`` (both page-aligned)."""
+        row = self.req_to_token_pool.req_to_token[req.req_pool_idx]
+        return row[owned_from : max(owned_from, frontier) : self.page_size].to(torch.int64)
 
-        The parts are disjoint by construction: a slice of the request's own ``req_to_token`` row
-        (request-owned slots, captured before the insert) and the values of distinct tree nodes
-        that were live before this commit; each holds unique slots. ``free_swa`` reads the
-        full->SWA mapping, frees only entries ``> 0`` and zeroes them, so a slot freed by an
-        earlier call (or by the insert's own deduplication) is not freed again.
+    def _not_deduplicated(self, owned: torch.Tensor, owned_from: int) -> torch.Tensor:
+        """Drop the pages the island insert already freed as duplicates.
 
-        Host synchronisations: those of one ``free_swa`` call, which upstream's decode evictor and
-        eviction pay too: the ``> 0`` filter, plus at ``p > 1`` the page ``unique`` of
-        ``_expand_to_full_pages`` and of the paged sub-allocator's ``free``.
+        ``_insert_helper`` frees (full and SWA) the request's slots in ``[prev_prefix_len,
+        prefix_len)`` that matched existing nodes, or adopts them into a revived tombstone; a
+        revival only happens at or after ``swa_evicted_seqlen = frontier``, outside ``owned``.
+        What is left of ``owned`` is live and request-owned.
         """
-        values = [v for v in values if v.numel() > 0]
-        if not values:
-            return
-        idx = torch.cat(values) if len(values) > 1 else values[0]
-        allocator = self.token_to_kv_pool_allocator
-        before = allocator.swa_available_size()
-        allocator.free_swa(idx)
-        self.stats.swa_tokens_freed_eagerly += allocator.swa_available_size() - before
+        skip = max(0, self._insert_prefix_len - owned_from) // self.page_size
+        return owned[skip:]
 
+    def _free_live_swa(self, parts: List[torch.Tensor]) -> None:
+        """Free the SWA pages of ``parts`` (page starts) in one :func:`free_live_swa_pages` call.
+
+        The parts are disjoint and live by construction, so no slot is freed twice (see
+        ``docs/SAFETY.md``): the request's own pages in ``[max(cache_protected_len,
+        swa_evicted_seqlen, insert prefix_len), frontier)``, freed once because
+        ``swa_evicted_seqlen`` moves to the frontier in the same commit; and distinct tree nodes
+        that were live before this commit, freed once because they are tombstoned in the same
+        walk that lists them. ``SGLANG_DEBUG_MEMORY_POOL=1`` asserts it on every call.
+        """
+        parts = [v for v in parts if v.numel() > 0]
+        if not parts:
+            return
+        starts = torch.cat(parts) if len(parts) > 1 else parts[0]
+        self.stats.swa_tokens_freed_eagerly += free_live_swa_pages(
+            self.token_to_kv_pool_allocator, starts, check=self._check_frees
+        )
 
 def _overlap_enabled() -> bool:
     try:
