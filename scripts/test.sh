@@ -11,6 +11,9 @@ cd "$ROOT"
 PY="${VENV:-$ROOT/.venv}/bin/python"
 [ -x "$PY" ] || { echo "test.sh: error: no $PY; run scripts/setup.sh first" >&2; exit 1; }
 
+# Our modules are copied into the venv: refresh them (and the patch series) before testing.
+"$PY" scripts/patches.py apply >/dev/null || { echo "test.sh: error: scripts/patches.py apply failed" >&2; exit 1; }
+
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 "$PY" -m pytest test -q "$@" 2>&1 | tee "$out"
