@@ -251,10 +251,7 @@ def _ratio_key(r: float) -> str:
 
 # ----------------------------------------------------------------------------- arms
 
-KNOBS_ENV = {
-    "SGLANG_OPT_SWA_SPLIT_LEAF_ON_INSERT": "1",
-    "SGLANG_OPT_SWA_RELEASE_LEAF_LOCK_AFTER_WINDOW": "1",
-}
+from islands_harness.knobs import UPSTREAM_KNOBS_ENV as KNOBS_ENV  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,6 +333,10 @@ class WorkloadConfig:
     user_max: int = 128
     reply_min: int = 64
     reply_max: int = 128
+    # after_finish: turn k+1 is sent once turn k finished; while_running: once turn k has streamed
+    # its reply (the tokens the agent acts on), while turn k keeps generating run_on more tokens
+    agent_mode: str = "after_finish"
+    run_on: int = 32
     seed: int = 20261129
     token_lo: int = 4  # first non-special id
     token_hi: int = 683  # tiny tokenizer's real vocabulary
@@ -632,7 +633,14 @@ def run_no_reuse(base_url: str, reqs: List[Dict[str, Any]], clients: int, timeou
 
 
 def run_agent(base_url: str, convs: List[Dict[str, Any]], timeout: float,
-              progress: Callable[[str], None]) -> List[Dict[str, Any]]:
+              progress: Callable[[str], None], mode: str = "after_finish",
+              run_on: int = 0) -> List[Dict[str, Any]]:
+    """The agent workload; ``mode`` as in ``WorkloadConfig.agent_mode``."""
+    if mode == "while_running":
+        return run_agent_while_running(base_url, convs, timeout, progress, run_on)
+    if mode != "after_finish":
+        raise ValueError(f"agent mode {mode!r}")
+
     def conversation(c):
         rows = []
         transcript = list(c["system"])
@@ -656,6 +664,42 @@ def run_agent(base_url: str, convs: List[Dict[str, Any]], timeout: float,
 
     with cf.ThreadPoolExecutor(max_workers=len(convs)) as ex:
         return [row for rows in ex.map(conversation, convs) for row in rows]
+
+
+def run_agent_while_running(base_url: str, convs: List[Dict[str, Any]], timeout: float,
+                            progress: Callable[[str], None], run_on: int) -> List[Dict[str, Any]]:
+    """Each conversation streams turn k; once it has streamed its reply (``max_new_tokens`` of
+    the script) the agent sends turn k+1 = transcript + that reply + the next user message, while
+    turn k keeps generating ``run_on`` more tokens (a tool call acted on as soon as it is
+    complete). Turn k+1's cache hit on turn k's reply needs it to be in the tree while turn k
+    still runs: decode islands (every cp/4 tokens) put it there; upstream caches a running
+    request's prompt only."""
+    from types import SimpleNamespace
+
+    from islands_harness.decode_reuse import conversation as streamed_conversation
+
+    srv = SimpleNamespace(base_url=base_url)
+
+    def one(c):
+        turns = c["turns"]
+        rows_t = streamed_conversation(
+            srv, list(c["system"]) + turns[0]["user"], [t["user"] for t in turns[1:]],
+            gen=[t["max_new_tokens"] for t in turns], mode="while_running", run_on=run_on,
+            timeout=timeout, log=lambda m: None, name=f" conv {c['conv']}")
+        rows = []
+        for t in rows_t:
+            rows.append({"conv": c["conv"], "turn": t.turn, "latency_s": t.seconds,
+                         "prompt_tokens": t.prompt_len,
+                         "reusable_tokens": t.prev_transcript_len or 0,
+                         # every turn runs to its max_new_tokens (ignore_eos): reply + run_on
+                         "completion_tokens": t.completion_tokens + run_on,
+                         "cached_tokens": t.cached_tokens,
+                         "prev_running_at_admit": t.prev_running_at_admit})
+        progress(f"agent: conversation {c['conv']} done ({len(rows)} turns, while running)")
+        return rows
+
+    with cf.ThreadPoolExecutor(max_workers=len(convs)) as ex:
+        return [row for rows in ex.map(one, convs) for row in rows]
 
 
 def summarize_requests(rows: List[Dict[str, Any]], wall_s: float) -> Dict[str, Any]:
@@ -828,7 +872,8 @@ def run_arm(arm: Arm, repeat: int, mapping: Dict[str, Any], cfg: WorkloadConfig,
             convs = agent_script(cfg)
             out["agent"] = run_phase(
                 srv, "agent", cpu.cap, a.sample_interval,
-                lambda: run_agent(srv.base_url, convs, a.request_timeout, progress))
+                lambda: run_agent(srv.base_url, convs, a.request_timeout, progress,
+                                  mode=cfg.agent_mode, run_on=cfg.run_on))
             _progress_summary(progress, "agent", out["agent"])
     out["arm_s"] = round(time.monotonic() - t_arm, 1)
     return out
@@ -1114,7 +1159,13 @@ def to_markdown(result: Dict[str, Any]) -> str:
         f"* **agent**: {wl['convs']} conversations in parallel × {wl['turns']} turns; system prompt "
         f"{wl['system_len']} random tokens; each turn re-sends the transcript (all previous prompts "
         f"and replies) plus U[{wl['user_min']}, {wl['user_max']}] new user tokens and asks for "
-        f"U[{wl['reply_min']}, {wl['reply_max']}] reply tokens. Hit rate = cached / prompt tokens over "
+        f"U[{wl['reply_min']}, {wl['reply_max']}] reply tokens. "
+        + ("Turn k+1 is sent when turn k finished (`after_finish`). "
+           if wl.get("agent_mode", "after_finish") == "after_finish" else
+           f"Turn k+1 is sent as soon as turn k has streamed its reply, while turn k keeps "
+           f"generating {wl.get('run_on')} more tokens (`while_running`: a tool call acted on as "
+           "soon as it is complete). ")
+        + "Hit rate = cached / prompt tokens over "
         "turns ≥ 2 (turn 1 is cold); 'of reusable' divides by the previous turn's prompt + reply.\n")
     L.append("## Results\n")
     L.append(
@@ -1287,6 +1338,15 @@ def parse_args(argv=None):
     ap.add_argument("--out-max", type=int, help=f"no_reuse max output tokens (default {d.out_max})")
     ap.add_argument("--convs", type=int, help=f"agent conversations in parallel (default {d.convs})")
     ap.add_argument("--turns", type=int, help=f"agent turns per conversation (default {d.turns})")
+    ap.add_argument("--reply-min", type=int, help=f"agent min reply tokens (default {d.reply_min})")
+    ap.add_argument("--reply-max", type=int, help=f"agent max reply tokens (default {d.reply_max})")
+    ap.add_argument("--agent-mode", choices=("after_finish", "while_running"), default=None,
+                    help="after_finish (default): a turn is sent when the previous one finished; "
+                         "while_running: as soon as the previous one has streamed its reply, "
+                         "which keeps generating --run-on more tokens (replies longer than the "
+                         "decode-island interval cp/4 = 128 show what decode islands add)")
+    ap.add_argument("--run-on", type=int, help=f"while_running: tokens a turn generates after "
+                                               f"its reply (default {d.run_on})")
     ap.add_argument("--seed", type=int, default=d.seed, help="workload seed")
     ap.add_argument("--eviction-interval", type=int, default=None,
                     help="SGLANG_SWA_EVICTION_INTERVAL for every arm (default: the planner's scaled "
@@ -1320,13 +1380,14 @@ def parse_args(argv=None):
 
 def workload_from_args(a) -> WorkloadConfig:
     kw = dict(QUICK) if a.quick else {}
-    for k in ("requests", "clients", "out_min", "out_max", "convs", "turns"):
+    for k in ("requests", "clients", "out_min", "out_max", "convs", "turns", "reply_min",
+              "reply_max", "agent_mode", "run_on"):
         v = getattr(a, k)
         if v is not None:
             kw[k] = v
     kw["seed"] = a.seed
     cfg = WorkloadConfig(**kw)
-    if cfg.out_min > cfg.out_max or cfg.in_min > cfg.in_max:
+    if cfg.out_min > cfg.out_max or cfg.in_min > cfg.in_max or cfg.reply_min > cfg.reply_max:
         raise SystemExit("min > max in the workload lengths")
     if agent_max_context(cfg) + 8 > 4096:
         raise SystemExit("agent transcripts would exceed the tiny model's 4096-token context")

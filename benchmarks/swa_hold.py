@@ -84,10 +84,8 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
-KNOBS = {
-    "SGLANG_OPT_SWA_SPLIT_LEAF_ON_INSERT": "1",
-    "SGLANG_OPT_SWA_RELEASE_LEAF_LOCK_AFTER_WINDOW": "1",
-}
+from islands_harness.knobs import UPSTREAM_KNOBS_ENV as KNOBS  # noqa: E402
+
 ARMS = {
     # name: (islands, env while the arm runs)
     "upstream": (False, {}),

@@ -102,6 +102,26 @@ def test_workloads_are_seeded_and_fit_the_context():
     assert admission.agent_max_context(admission.WorkloadConfig()) < 4096
 
 
+def test_agent_mode_flags_reach_the_workload_and_the_report():
+    a = admission.parse_args(["--quick", "--workloads", "agent", "--agent-mode", "while_running",
+                              "--reply-min", "150", "--reply-max", "250", "--run-on", "16"])
+    cfg = admission.workload_from_args(a)
+    assert (cfg.agent_mode, cfg.reply_min, cfg.reply_max, cfg.run_on) == ("while_running", 150, 250, 16)
+    assert all(150 <= t["max_new_tokens"] <= 250 for c in admission.agent_script(cfg) for t in c["turns"])
+    assert admission.workload_from_args(admission.parse_args(["--quick"])).agent_mode == "after_finish"
+    with pytest.raises(SystemExit):
+        admission.parse_args(["--agent-mode", "sometimes"])
+    with pytest.raises(SystemExit):
+        admission.workload_from_args(admission.parse_args(["--reply-min", "9", "--reply-max", "8"]))
+    with pytest.raises(ValueError):
+        admission.run_agent("http://127.0.0.1:1", [], 1.0, print, mode="sometimes")
+    r = _synthetic_result()
+    r.update(command="x", date="d", repeats=1, runtime_s=60.0, quick=True, eviction_interval=34,
+             workload=dict(admission.dataclasses.asdict(cfg)), arm_order=list(r["arms"]),
+             png="admission_running.png")
+    assert "while turn k keeps generating 16 more tokens" in admission.to_markdown(r)
+
+
 # ------------------------------------------------------------------------------- parsing
 
 LOG = """\

@@ -7,6 +7,7 @@ from array import array
 import pytest
 
 from islands_harness.invariants import check_invariants, req_hold, req_locked_swa
+from islands_harness.knobs import UPSTREAM_KNOBS_ENV
 from islands_harness.sim import MiniScheduler, random_prompt
 from islands_harness.stack import build_stack, env_overrides
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, MatchPrefixParams
@@ -129,11 +130,7 @@ def test_prompt_reserve_point_survives_decode_and_moderate_pressure():
     hits = {}
     for arm, islands, env in (
         ("islands", True, {}),
-        ("upstream_knobs", False, {
-            "SGLANG_OPT_SWA_SPLIT_LEAF_ON_INSERT": "1",
-            "SGLANG_OPT_SWA_RELEASE_LEAF_LOCK_AFTER_WINDOW": "1",
-            "SGLANG_SWA_EVICTION_INTERVAL": "1",
-        }),
+        ("upstream_knobs", False, {**UPSTREAM_KNOBS_ENV, "SGLANG_SWA_EVICTION_INTERVAL": "1"}),
     ):
         with env_overrides(env):
             stack = build_stack(window=32, chunk=128, islands=islands, swa_pool=2000)
