@@ -762,23 +762,9 @@ def server_cpu_seconds(pid: Optional[int]) -> Optional[float]:
     """User + system CPU seconds of the server process tree so far (scheduler, tokenizer manager,
     detokenizer). Unlike wall time, it hardly grows when other work shares the cores, so output
     tokens per server CPU second is the throughput figure that survives a loaded machine."""
-    if pid is None:
-        return None
-    import psutil
+    from islands_harness.server import process_tree_cpu_seconds
 
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return None
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
+    return process_tree_cpu_seconds(pid)
 
 
 def run_phase(srv, name: str, cap: int, sample_interval: float,

@@ -125,6 +125,26 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return out
 
 
+def process_tree_cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds used so far by ``pid`` and its descendants (the server's scheduler,
+    tokenizer manager and detokenizer); None when the process is gone."""
+    if pid is None:
+        return None
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return None
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
 def _alive(proc: psutil.Process) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE

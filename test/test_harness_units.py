@@ -102,3 +102,30 @@ def test_port_is_free_sees_a_listening_socket():
         s.bind(("127.0.0.1", 0))
         s.listen(1)
         assert not port_is_free(s.getsockname()[1])
+
+
+
+def test_process_tree_cpu_seconds_counts_children():
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from islands_harness.server import process_tree_cpu_seconds
+
+    assert process_tree_cpu_seconds(None) is None
+    busy = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+            "time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", busy])
+    try:
+        deadline = time.monotonic() + 30
+        while process_tree_cpu_seconds(child.pid) < 0.3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        spent = process_tree_cpu_seconds(child.pid)
+        assert spent >= 0.3
+        # this process's tree includes the busy child
+        assert process_tree_cpu_seconds(os.getpid()) >= spent
+    finally:
+        child.kill()
+        child.wait()
+    assert process_tree_cpu_seconds(child.pid) is None

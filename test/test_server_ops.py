@@ -58,6 +58,7 @@ from islands_harness.server import (
     REPO_ROOT,
     SglangServer,
     pick_free_port,
+    process_tree_cpu_seconds,
 )
 
 pytestmark = pytest.mark.server
@@ -276,19 +277,9 @@ def record_cpu(name: str, srv: SglangServer) -> None:
     """CPU seconds (user + system) used so far by a running server's process tree."""
     if srv.proc is None or srv.proc.poll() is not None:
         return
-    try:
-        root = psutil.Process(srv.pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    REPORT.setdefault("server_cpu_s", {})[name] = round(total, 1)
+    total = process_tree_cpu_seconds(srv.pid)
+    if total is not None:
+        REPORT.setdefault("server_cpu_s", {})[name] = round(total, 1)
 
 
 class Fleet:
