@@ -1,19 +1,22 @@
 #!/usr/bin/env python
 """Decode-region reuse benchmark on the real SGLang server (CPU, tiny hybrid-SWA model): how much
 of a running (or just finished) request's output the next request finds in the radix cache, what
-that saves in prefill, and what the SWA pool holds, for upstream SGLang and SWA islands.
+that saves in prefill, and what the SWA pool holds, for upstream SGLang (with and without its two
+off-by-default SWA knobs) and SWA islands.
 
-Both arms boot `python -m sglang.launch_server` (through `islands_harness.server.SglangServer`) with
-identical arguments (`SERVER_ARGS`: window 32, page 1, chunked prefill 512 so the default
-decode-island interval is 512/4 = 128, `--decode-log-interval 1`, `--enable-metrics`); `islands`
-adds `--enable-swa-islands`. One run does both arms, one after the other, with the same seeded
-workload. The radix cache is flushed between phases, so the phases do not feed each other:
+Every arm boots `python -m sglang.launch_server` (through `islands_harness.server.SglangServer`)
+with identical arguments (`SERVER_ARGS`: window 32, page 1, chunked prefill 512 so the default
+decode-island interval is 512/4 = 128, `--decode-log-interval 1`, `--enable-metrics`);
+`upstream_knobs` adds `islands_harness.knobs.UPSTREAM_KNOBS_ENV` (split leaf on insert, release
+the leaf lock after the window) to the environment, `islands` adds `--enable-swa-islands`. One
+run does the arms one after the other, with the same seeded workload. The radix cache is flushed between phases, so the phases do not feed each other:
 
 1. `follow_up`: request A (prompt `--prompt-len`) streams; once it has generated
    >= k*128 + delta tokens, B = A's prompt + A's output so far + 20 new tokens is sent while A still
    runs. `hit_tokens_on_running_output` = B's cached_tokens - len(prompt) (>= 0);
    `expected_min_hit_tokens` = k*128 for islands (the decode-island floor at page 1) and 0 for
-   upstream (which caches a running request's prompt only).
+   both upstream arms (which cache a running request's prompt only: neither knob inserts during
+   decode).
 2. `conversation_<mode>`: one conversation of `--turns` turns shaped like the measured upstream
    baseline (prompt 2000, 300 tokens per turn, 50 new user tokens): each turn re-sends the
    transcript. `after_finish`: a turn is sent when the previous one finished; `while_running`: as
@@ -34,7 +37,7 @@ Measured per arm and phase:
   `peak_swa_used_prefill`), plus the max of `sglang:swa_used_tokens` sampled from /metrics every
   0.25 s (`peak_swa_used_metrics`; misses short peaks);
 - decode islands inserted (`sglang:swa_island_inserts_total{kind="decode"}`, islands only);
-- whether every output equals the upstream arm's (token ids, temperature 0).
+- whether every arm's outputs equal the upstream arm's (token ids, temperature 0).
 
 Examples::
 
@@ -71,6 +74,7 @@ from islands_harness.decode_reuse import (  # noqa: E402
     metrics_text,
     random_ids,
 )
+from islands_harness.knobs import UPSTREAM_KNOBS_ENV  # noqa: E402
 from islands_harness.server import SglangServer  # noqa: E402
 
 WINDOW = 32
@@ -85,7 +89,8 @@ SERVER_ARGS = [
     "--enable-metrics",
     "--decode-log-interval", "1",
 ]
-ARMS = {"upstream": [], "islands": ["--enable-swa-islands"]}
+ARMS = {"upstream": [], "upstream_knobs": [], "islands": ["--enable-swa-islands"]}
+ARM_ENV = {"upstream_knobs": UPSTREAM_KNOBS_ENV}
 # The upstream baseline measured on this model and shape (prompt 2000, 300 tokens per turn,
 # 50 user tokens; /work/shared/reference/cpu-spike/baseline, multiturn): cached / prompt tokens.
 BASELINE = {
@@ -179,7 +184,8 @@ def turn_rows(turns: list[Turn]) -> list[dict[str, Any]]:
 
 def run_arm(model: pathlib.Path, vocab_hi: int, arm: str, shape: Shape,
             extra_args: list[str]) -> dict[str, Any]:
-    srv = SglangServer(model, SERVER_ARGS + ARMS[arm] + extra_args, boot_timeout_s=900)
+    srv = SglangServer(model, SERVER_ARGS + ARMS[arm] + extra_args, boot_timeout_s=900,
+                       env=ARM_ENV.get(arm))
     progress(f"{arm}: booting")
     code = code_version()
     srv.start()
@@ -310,16 +316,22 @@ def run_arm(model: pathlib.Path, vocab_hi: int, arm: str, shape: Shape,
 
 
 def compare_outputs(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    up, isl = arms["upstream"]["_outputs"], arms["islands"]["_outputs"]
-    diff = {}
-    for name in sorted(set(up) | set(isl)):
-        a, b = up.get(name), isl.get(name)
-        if a != b:
-            first = None if a is None or b is None else next(
-                (i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            diff[name] = {"first_diff": first}
-    return {"requests_compared": len(set(up) | set(isl)), "differ": diff,
-            "all_equal": not diff}
+    """Every arm's outputs against ``upstream``'s, request by request."""
+    up = arms["upstream"]["_outputs"]
+    diff, compared = {}, set(up)
+    for arm, res in arms.items():
+        if arm == "upstream":
+            continue
+        other = res["_outputs"]
+        compared |= set(other)
+        for name in sorted(set(up) | set(other)):
+            a, b = up.get(name), other.get(name)
+            if a != b:
+                first = None if a is None or b is None else next(
+                    (i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                diff[f"{arm}:{name}"] = {"first_diff": first}
+    return {"requests_compared": len(compared), "arms_compared": sorted(set(arms) - {"upstream"}),
+            "differ": diff, "all_equal": not diff}
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -384,7 +396,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"{n}: {c.get('head')}{' +dirty ' + str(c['dirty']) if c.get('dirty') else ''}, "
         f"installed swa_island_radix_cache.py sha256 {c.get('installed_swa_island_radix_cache_sha256_16')}"
         for n, c in codes.items())]
-    lines += ["", f"Outputs: {eq['requests_compared']} requests, islands == upstream token for "
+    others = ", ".join(eq.get("arms_compared") or ["islands"])
+    lines += ["", f"Outputs: {eq['requests_compared']} requests, {others} == upstream token for "
                   f"token: {eq['all_equal']}" + ("" if eq["all_equal"] else f" (differ: {eq['differ']})"),
               "", f"Upstream baseline for comparison (same model and shape): {json.dumps(BASELINE)}",
               f"Total runtime: {result['runtime_s']} s", ""]
@@ -395,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="benchmarks/decode_reuse.py",
         description="Decode-region prefix reuse on the real SGLang server (CPU, tiny hybrid-SWA "
-                    "model), arms upstream and islands in one run.",
+                    "model), arms upstream, upstream_knobs and islands in one run.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--quick", action="store_true",
                     help="small shape (prompt 1000, 2 turns of 160 tokens, 2 agents, "
@@ -415,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agent-gen", type=int, nargs=2, default=(200, 300), metavar=("LO", "HI"))
     ap.add_argument("--agent-tool", type=int, nargs=2, default=(30, 120), metavar=("LO", "HI"))
     ap.add_argument("--seed", type=int, default=20261129)
-    ap.add_argument("--arms", default="upstream,islands", help="comma separated, of "
+    ap.add_argument("--arms", default="upstream,upstream_knobs,islands", help="comma separated, of "
                     + ", ".join(ARMS))
     ap.add_argument("--extra-server-args", default="", help="appended to every arm's arguments")
     ap.add_argument("--json", default=None, help="write the result JSON here")
@@ -441,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         "server_args": SERVER_ARGS, "arm_args": {n: ARMS[n] for n in arm_names},
         "baseline_upstream": BASELINE, "runtime_s": round(time.monotonic() - T0, 1),
     }
-    if {"upstream", "islands"} <= set(arms):
+    if "upstream" in arms and len(arms) > 1:
         result["outputs"] = compare_outputs(arms)
     else:
         result["outputs"] = {"requests_compared": 0, "differ": {}, "all_equal": None}

@@ -73,20 +73,24 @@ def test_cli_help():
 @pytest.mark.skipif(not RESULT_JSON.exists(), reason="no committed benchmark result")
 def test_committed_result_backs_the_claims_and_renders_the_committed_table():
     r = json.loads(RESULT_JSON.read_text())
-    assert set(r["arms"]) == {"upstream", "islands"}
+    assert set(r["arms"]) == {"upstream", "upstream_knobs", "islands"}
     assert r["command"].startswith(".venv/bin/python benchmarks/decode_reuse.py")
     keys = {"hit_tokens_on_running_output", "expected_min_hit_tokens", "prefill_tokens_computed",
             "peak_swa_used", "cached_share_per_turn", "phases"}
     for arm, a in r["arms"].items():
         assert keys <= set(a), (arm, keys - set(a))
         assert a["phases"]["follow_up"]["a_running_when_b_done"], arm
-    up, isl = r["arms"]["upstream"], r["arms"]["islands"]
+    isl = r["arms"]["islands"]
     sh = r["shape"]
     assert isl["expected_min_hit_tokens"] == sh["k"] * sh["interval"]
     assert isl["hit_tokens_on_running_output"] >= isl["expected_min_hit_tokens"]
-    assert up["hit_tokens_on_running_output"] == 0
-    assert isl["prefill_tokens_computed"] < up["prefill_tokens_computed"]
-    assert isl["peak_swa_used"] < up["peak_swa_used"]
-    assert isl["decode_islands"] and up["decode_islands"] is None
+    assert isl["decode_islands"]
+    for name in ("upstream", "upstream_knobs"):
+        up = r["arms"][name]
+        assert up["hit_tokens_on_running_output"] == 0, name
+        assert isl["prefill_tokens_computed"] < up["prefill_tokens_computed"], name
+        assert up["decode_islands"] is None, name
+    assert isl["peak_swa_used"] < r["arms"]["upstream"]["peak_swa_used"]
     assert r["outputs"]["all_equal"] is True
+    assert r["outputs"]["arms_compared"] == ["islands", "upstream_knobs"]
     assert decode_reuse.markdown(r) == RESULT_MD.read_text()
