@@ -991,8 +991,9 @@ def _first_val(rs, *keys):
     return None
 
 
-def acceptance(arms: Dict[str, Dict[str, Any]], cap: int) -> List[Dict[str, Any]]:
-    """The issue's expected outcomes, evaluated on the measured numbers."""
+def acceptance(arms: Dict[str, Dict[str, Any]], cap: int,
+               workloads: Sequence[str] = ("no_reuse", "agent")) -> List[Dict[str, Any]]:
+    """The issue's expected outcomes that the run's workloads measure, on the measured numbers."""
     checks = []
 
     def add(name, ok, detail):
@@ -1000,7 +1001,11 @@ def acceptance(arms: Dict[str, Dict[str, Any]], cap: int) -> List[Dict[str, Any]
 
     g = lambda arm, k: arms.get(arm, {}).get(k)  # noqa: E731
     i17, u17, i10 = "islands_0.17", "upstream_0.17", "islands_0.10"
-    if i17 in arms and u17 in arms:
+    if "no_reuse" not in workloads:
+        arms_nr: Dict[str, Any] = {}
+    else:
+        arms_nr = arms
+    if i17 in arms_nr and u17 in arms_nr:
         ok = (g(i17, "max_running_min_over_repeats") == cap and g(i17, "retractions") == 0
               and (g(u17, "max_running") or 0) < cap)
         add("islands reach the cap with 0 retractions at 0.17-eq; upstream binds below it", ok,
@@ -1008,19 +1013,19 @@ def acceptance(arms: Dict[str, Dict[str, Any]], cap: int) -> List[Dict[str, Any]
             f"{g(i17, 'max_running_min_over_repeats')}), retractions {g(i17, 'retractions')}, "
             f"steps at cap {g(i17, 'frac_steps_at_cap')}; upstream_0.17 max running "
             f"{g(u17, 'max_running')}, mean {g(u17, 'mean_running')}")
-    if i10 in arms:
+    if i10 in arms_nr:
         ok = g(i10, "max_running_min_over_repeats") == cap and g(i10, "retractions") == 0
         add("islands at 0.10-eq still do not bind", ok,
             f"islands_0.10 max running {g(i10, 'max_running')}, mean {g(i10, 'mean_running')}, "
             f"steps at cap {g(i10, 'frac_steps_at_cap')}, retractions {g(i10, 'retractions')}")
-    if i17 in arms and "chunk_cache" in arms:
+    if i17 in arms_nr and "chunk_cache" in arms_nr:
         x, y = g(i17, "throughput_tok_s"), g("chunk_cache", "throughput_tok_s")
         xc, yc = g(i17, "tok_per_cpu_s"), g("chunk_cache", "tok_per_cpu_s")
         ok = x is not None and y is not None and x >= y and (xc is None or yc is None or xc >= yc)
         add("no-reuse: islands throughput >= chunk_cache", ok,
             f"islands_0.17 {x} tok/s, {xc} tok/CPU-s vs chunk_cache {y} tok/s, {yc} tok/CPU-s; "
             f"prefill tokens computed {g(i17, 'prefill_tokens')} vs {g('chunk_cache', 'prefill_tokens')}")
-    if i17 in arms:
+    if i17 in arms and "agent" in workloads:
         others = [o for o in (u17, "upstream_knobs_0.17") if o in arms]
         x = g(i17, "agent_hit_rate")
         ok = x is not None and all(x > (g(o, "agent_hit_rate") or 0) for o in others)
@@ -1033,6 +1038,8 @@ def acceptance(arms: Dict[str, Dict[str, Any]], cap: int) -> List[Dict[str, Any]
 
 SCHEMA_ARM_KEYS = ("ratio", "max_running", "mean_running", "retractions", "throughput_ratio",
                    "latency_ratio", "agent_hit_rate")
+# keys that only a workload fills: no_reuse's headline, agent's hit rate
+_WORKLOAD_KEYS = {"no_reuse": SCHEMA_ARM_KEYS[1:6], "agent": ("agent_hit_rate",)}
 
 
 def validate_result(result: Dict[str, Any]) -> None:
@@ -1042,8 +1049,10 @@ def validate_result(result: Dict[str, Any]) -> None:
     arms = result.get("arms")
     if not isinstance(arms, dict) or not arms:
         raise ValueError("arms must be a non-empty object")
+    workloads = result.get("workloads") or list(_WORKLOAD_KEYS)
+    skip = {k for w, keys in _WORKLOAD_KEYS.items() if w not in workloads for k in keys}
     for name, a in arms.items():
-        missing = [k for k in SCHEMA_ARM_KEYS if k not in a]
+        missing = [k for k in SCHEMA_ARM_KEYS if k not in a and k not in skip]
         if missing:
             raise ValueError(f"arm {name}: missing {missing}")
         if name == "chunk_cache" and a["ratio"] is not None:
@@ -1051,7 +1060,7 @@ def validate_result(result: Dict[str, Any]) -> None:
         if name != "chunk_cache" and not isinstance(a["ratio"], (int, float)):
             raise ValueError(f"arm {name}: ratio must be a number")
         for k in SCHEMA_ARM_KEYS[1:]:
-            if a[k] is not None and not isinstance(a[k], (int, float)):
+            if a.get(k) is not None and not isinstance(a[k], (int, float)):
                 raise ValueError(f"arm {name}: {k} must be a number or null")
     if "mapping" in result and "pools" not in result["mapping"]:
         raise ValueError("mapping must carry pools")
@@ -1135,24 +1144,27 @@ def to_markdown(result: Dict[str, Any]) -> str:
         f"(production {prod['island_floor_with_tail']:,}); the last table column is the margin "
         "over it.\n")
     wl = result["workload"]
+    workloads = result.get("workloads") or ["no_reuse", "agent"]
     L.append("## Workloads\n")
-    L.append(
-        f"* **no_reuse**: {wl['requests']} random prompts of U[{wl['in_min']}, {wl['in_max']}] tokens "
-        f"(seed {wl['seed']}, no shared prefix), U[{wl['out_min']}, {wl['out_max']}] output tokens, "
-        f"{wl['clients']} concurrent clients (offered load {wl['clients'] / cap:.0f}× the cap), "
-        "temperature 0, ignore_eos.")
-    L.append(
-        f"* **agent**: {wl['convs']} conversations in parallel × {wl['turns']} turns; system prompt "
-        f"{wl['system_len']} random tokens; each turn re-sends the transcript (all previous prompts "
-        f"and replies) plus U[{wl['user_min']}, {wl['user_max']}] new user tokens and asks for "
-        f"U[{wl['reply_min']}, {wl['reply_max']}] reply tokens. "
-        + ("Turn k+1 is sent when turn k finished (`after_finish`). "
-           if wl.get("agent_mode", "after_finish") == "after_finish" else
-           f"Turn k+1 is sent as soon as turn k has streamed its reply, while turn k keeps "
-           f"generating {wl.get('run_on')} more tokens (`while_running`: a tool call acted on as "
-           "soon as it is complete). ")
-        + "Hit rate = cached / prompt tokens over "
-        "turns ≥ 2 (turn 1 is cold); 'of reusable' divides by the previous turn's prompt + reply.\n")
+    if "no_reuse" in workloads:
+        L.append(
+            f"* **no_reuse**: {wl['requests']} random prompts of U[{wl['in_min']}, {wl['in_max']}] tokens "
+            f"(seed {wl['seed']}, no shared prefix), U[{wl['out_min']}, {wl['out_max']}] output tokens, "
+            f"{wl['clients']} concurrent clients (offered load {wl['clients'] / cap:.0f}× the cap), "
+            "temperature 0, ignore_eos.")
+    if "agent" in workloads:
+        L.append(
+            f"* **agent**: {wl['convs']} conversations in parallel × {wl['turns']} turns; system prompt "
+            f"{wl['system_len']} random tokens; each turn re-sends the transcript (all previous prompts "
+            f"and replies) plus U[{wl['user_min']}, {wl['user_max']}] new user tokens and asks for "
+            f"U[{wl['reply_min']}, {wl['reply_max']}] reply tokens. "
+            + ("Turn k+1 is sent when turn k finished (`after_finish`). "
+               if wl.get("agent_mode", "after_finish") == "after_finish" else
+               f"Turn k+1 is sent as soon as turn k has streamed its reply, while turn k keeps "
+               f"generating {wl.get('run_on')} more tokens (`while_running`: a tool call acted on as "
+               "soon as it is complete). ")
+            + "Hit rate = cached / prompt tokens over "
+            "turns ≥ 2 (turn 1 is cold); 'of reusable' divides by the previous turn's prompt + reply.\n")
     L.append("## Results\n")
     L.append(
         "Numbers are means over repeats; [min–max] where repeats differ. Max running is the max over "
@@ -1162,6 +1174,24 @@ def to_markdown(result: Dict[str, Any]) -> str:
         f"`{BASELINE_ARM}` of the same repeat. Wall-clock figures (tok/s, latency) depend on what "
         "else runs on the 2 shared cores; 'tok/CPU-s' (output tokens per CPU second of the server "
         "process tree) and the work counts (decode steps, prefill tokens) do not, or much less.\n")
+    if "no_reuse" in workloads:
+        _no_reuse_table(L, arms, names)
+    if "agent" in workloads:
+        _agent_table(L, arms, names, with_no_reuse="no_reuse" in workloads)
+    L.append("## Expected outcomes, as measured\n")
+    for c in result["acceptance"]:
+        mark = {True: "PASS", False: "FAIL", None: "n/a"}[c["pass"]]
+        L.append(f"* **{mark}** {c['check']}: {c['detail']}")
+    L.append("")
+    L.append(f"Plot: `{pathlib.Path(result['png']).name}` (running requests over time per arm).\n")
+    rt = result.get("arm_runtimes_s", {})
+    if rt:
+        L.append("Per-arm wall time (boot + workloads, s): " + ", ".join(
+            f"`{k}` {v}" for k, v in rt.items()) + ".\n")
+    return "\n".join(L) + "\n"
+
+
+def _no_reuse_table(L: List[str], arms: Dict[str, Any], names: List[str]) -> None:
     L.append("### no_reuse\n")
     hdr = ["arm", "ratio (eq)", "SWA pool", "max run", "mean run", "steps at cap", "retractions",
            "decode steps", "prefill tok", "max SWA use", "max full use", "tok/s", "throughput ×",
@@ -1178,6 +1208,9 @@ def to_markdown(result: Dict[str, Any]) -> str:
             _cell(a, "cpu_throughput_ratio"), _cell(a, "latency_mean_s", 1), _cell(a, "latency_ratio"), _cell(a, "held_per_req_mean", 0),
         ]) + " |")
     L.append("")
+
+
+def _agent_table(L: List[str], arms: Dict[str, Any], names: List[str], with_no_reuse: bool) -> None:
     L.append("### agent (multi-turn, transcript re-sent)\n")
     turns = max((len(a.get("agent_hit_rate_per_turn", {})) for a in arms.values()), default=0)
     hdr = ["arm", "SWA pool", "hit rate (turns≥2)", "of reusable"] + \
@@ -1201,21 +1234,10 @@ def to_markdown(result: Dict[str, Any]) -> str:
     L.append(
         "LRU-evicted = `sglang:evicted_tokens_total` (pressure-driven `evict()`: full + SWA slots "
         "summed by sglang; there is no SWA-only counter); eager-freed = "
-        "`sglang:swa_island_freed_tokens_total` (SWA slots islands free at commit, islands only). "
-        f"no_reuse: " + ", ".join(
+        "`sglang:swa_island_freed_tokens_total` (SWA slots islands free at commit, islands only)."
+        + ((" no_reuse: " + ", ".join(
             f"`{n}` {_f(arms[n].get('evicted_tokens'), 0)} / {_f(arms[n].get('island_freed_tokens'), 0)}"
-            for n in names) + " (LRU-evicted / eager-freed).\n")
-    L.append("## Expected outcomes, as measured\n")
-    for c in result["acceptance"]:
-        mark = {True: "PASS", False: "FAIL", None: "n/a"}[c["pass"]]
-        L.append(f"* **{mark}** {c['check']}: {c['detail']}")
-    L.append("")
-    L.append(f"Plot: `{pathlib.Path(result['png']).name}` (running requests over time per arm).\n")
-    rt = result.get("arm_runtimes_s", {})
-    if rt:
-        L.append("Per-arm wall time (boot + both workloads, s): " + ", ".join(
-            f"`{k}` {v}" for k, v in rt.items()) + ".\n")
-    return "\n".join(L) + "\n"
+            for n in names) + " (LRU-evicted / eager-freed).") if with_no_reuse else "") + "\n")
 
 
 def plot_running(result: Dict[str, Any], runs: List[Dict[str, Any]], png: pathlib.Path) -> None:
@@ -1476,7 +1498,7 @@ def write_outputs(runs: List[Dict[str, Any]], meta: Dict[str, Any], mapping: Dic
         "png": a.png,
         "arms": arms,
     }
-    result["acceptance"] = acceptance(arms, cap)
+    result["acceptance"] = acceptance(arms, cap, result.get("workloads") or ("no_reuse", "agent"))
     result["runs"] = [dict(r) for r in runs]
     for r in result["runs"]:  # keep the committed JSON readable: no raw series / per-step lists
         for phase in ("no_reuse", "agent"):
