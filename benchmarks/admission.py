@@ -1073,6 +1073,8 @@ def _f(x, nd=2) -> str:
         return "yes" if x else "no"
     if isinstance(x, int) or (isinstance(x, float) and x == int(x) and abs(x) >= 100):
         return f"{int(x):,}"
+    if nd == 0:
+        return f"{x:,.0f}"
     return f"{x:.{nd}f}"
 
 
