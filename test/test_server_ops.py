@@ -204,12 +204,21 @@ def tick(srv: SglangServer) -> None:
     post_generate(srv, TICK_IDS, TICK_NEW)
 
 
-def pool_snapshot(srv: SglangServer) -> dict[str, float]:
-    """Pool gauges read the same way every time: flush, one tick, scrape."""
+def pool_snapshot(srv: SglangServer, settle_s: float = 60.0) -> dict[str, float]:
+    """Pool gauges read the same way every time: flush, one tick, scrape once the gauges show the
+    tick finished (nothing in use). The gauges are published by scheduler steps, so a scrape right
+    after the tick's response can still show its last decode step (its tokens in use, not yet
+    cached); the idle scheduler publishes the finished state shortly after."""
     flush_ok(srv)
     tick(srv)
-    s = scrape(srv)
-    return {name: mval(s, name) for name in POOL_GAUGES}
+    deadline = time.monotonic() + settle_s
+    while True:
+        s = scrape(srv)
+        snap = {name: mval(s, name) for name in POOL_GAUGES}
+        in_use = snap.get("sglang:kv_used_tokens", 0) + snap.get("sglang:swa_used_tokens", 0)
+        if in_use == 0 or time.monotonic() > deadline:
+            return snap
+        time.sleep(0.2)
 
 
 # ---- server log ------------------------------------------------------------------------------
