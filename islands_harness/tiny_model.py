@@ -148,18 +148,26 @@ def _build_weights(out_dir: pathlib.Path, fast, *, window: int, layers: int, hid
     cfg.architectures = ["LagunaForCausalLM"]
     torch.manual_seed(seed)
     model = LagunaForCausalLM(cfg).to(torch.float32).eval()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        # Sorted names: the draw order does not depend on module registration order.
-        params = dict(model.named_parameters())
-        for name in sorted(params):
-            p = params[name]
-            if p.dim() >= 2:
-                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32) * WEIGHT_STD)
+    randomize_weights(model, seed, WEIGHT_STD)
     model.save_pretrained(str(out_dir), safe_serialization=True)
     return {"real_vocab": real_vocab, "padded_vocab": padded_vocab,
             "layer_types": cfg.layer_types}
 
+
+
+def randomize_weights(model, seed: int, std: float) -> None:
+    """Seeded N(0, std) draws for every matrix parameter (dim >= 2), in sorted-name order so the
+    draw does not depend on module registration order; vectors (norms, biases) keep their init."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for name in sorted(params):
+            p = params[name]
+            if p.dim() >= 2:
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.dtype)
+                        * std)
 
 def is_complete(path: pathlib.Path) -> bool:
     return (pathlib.Path(path) / MARKER).is_file()

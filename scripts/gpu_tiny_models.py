@@ -53,19 +53,6 @@ def _tokenizer_source() -> tuple[pathlib.Path, dict]:
     return src, meta
 
 
-def _randomize(model, seed: int, std: float) -> None:
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        params = dict(model.named_parameters())
-        for name in sorted(params):
-            p = params[name]
-            if p.dim() >= 2:
-                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.dtype)
-                        * std)
-
-
 def gemma4_config(vocab: int, window: int, special: dict):
     from transformers import Gemma4TextConfig
 
@@ -143,7 +130,9 @@ def build(arch: str, out: pathlib.Path, window: int = 128, seed: int = 0) -> pat
         raise ValueError(f"unknown arch {arch!r}")
     torch.manual_seed(seed)
     model = cls(cfg).to(torch.float32).eval()
-    _randomize(model, seed, WEIGHT_STD[arch])
+    from islands_harness.tiny_model import randomize_weights
+
+    randomize_weights(model, seed, WEIGHT_STD[arch])
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
