@@ -165,8 +165,28 @@ def _make_sync_counter():
 
         @contextlib.contextmanager
         def active(self):
-            with _Fn(self), _Disp(self):
+            with _Fn(self), _Disp(self), _cuda_sync_watch(self):
                 yield
+
+    @contextlib.contextmanager
+    def _cuda_sync_watch(c):
+        """On a CUDA stack (``ISLANDS_TEST_DEVICE=cuda``), torch's own detector as well: every call
+        that synchronises the host with the device warns under ``set_sync_debug_mode("warn")``;
+        counted as ``cuda_sync`` (a measurement, where the op list above is a static proxy)."""
+        if os.environ.get("ISLANDS_TEST_DEVICE", "cpu") != "cuda":
+            yield
+            return
+        import warnings
+
+        prev = torch.cuda.get_sync_debug_mode()
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                yield
+            finally:
+                torch.cuda.set_sync_debug_mode(prev)
+        c.add("cuda_sync", sum("synchroniz" in str(w.message) for w in seen))
 
     class _Disp(TorchDispatchMode):
         def __init__(self, c):
@@ -488,7 +508,7 @@ def sync_summary(commits: List[dict]) -> dict:
     if not commits or "ops" not in commits[0]:
         return {}
     out = {}
-    for k in SYNC_KEYS + ("aten_ops",):
+    for k in SYNC_KEYS + ("aten_ops",) + (("cuda_sync",) if "cuda_sync" in commits[0]["ops"] else ()):
         vals = [c["ops"].get(k, 0) for c in commits]
         out[k] = {"per_commit_max": max(vals), "per_commit_mean": statistics.fmean(vals)}
     syncs = [sum(c["ops"].get(k, 0) for k in SYNC_KEYS) for c in commits]
@@ -501,6 +521,15 @@ def sync_summary(commits: List[dict]) -> dict:
         for c in commits
     ]
     return out
+
+
+def _device_label() -> str:
+    """Where the KV tensors lived: ``cpu``, or the GPU's name (``ISLANDS_TEST_DEVICE=cuda``)."""
+    import torch
+
+    if os.environ.get("ISLANDS_TEST_DEVICE", "cpu") == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+    return f"cpu, torch {torch.__version__}"
 
 
 def bench(shape: Shape, *, arms=ARM_ORDER, repeats: int = 3, timing_decode_tokens: Optional[int] = None,
@@ -524,6 +553,7 @@ def bench(shape: Shape, *, arms=ARM_ORDER, repeats: int = 3, timing_decode_token
         "repeats": repeats,
         "profile_runs": profile_runs if profile_top else 0,
         "timing_decode_tokens": timing_decode_tokens,
+        "device": _device_label(),
     }
     measured: Dict[str, RunResult] = {}
     for arm in arms:
@@ -657,6 +687,8 @@ def to_markdown(result: dict) -> str:
         f"prompt={s['prompt']} n={s['n_requests']} decode={s['decode_tokens']}"
         f" (decode-island interval {s['decode_interval']})",
         "",
+        f"KV device: {result.get('device', 'cpu')}.",
+        "",
         "SWA tokens per running request (max / mean over snapshots and running requests).",
         "`after commit`: right after each `cache_unfinished_req`, before the next chunk is "
         "allocated; `chunk in flight`: after each extend step, including the next chunk's slots.",
@@ -731,6 +763,13 @@ def to_markdown(result: dict) -> str:
         if any(A[a]["host_syncs"] and A[a]["host_syncs"][k]["per_commit_max"] for a in arms):
             row(f"  `{k}` per commit max / mean",
                 lambda a, k=k: f"{A_k(a, k, 'per_commit_max')} / {A_k(a, k, 'per_commit_mean', 2)}")
+    if any(A[a]["host_syncs"] and "cuda_sync" in A[a]["host_syncs"] for a in arms):
+        row("CUDA syncs per commit max / mean (torch sync debug mode)",
+            lambda a: f"{A_k(a, 'cuda_sync', 'per_commit_max')} / "
+                      f"{A_k(a, 'cuda_sync', 'per_commit_mean', 2)}")
+        row("decode-island CUDA syncs max",
+            lambda a: _f(((a.get("decode_island_host_syncs") or {}).get("cuda_sync") or {})
+                         .get("per_commit_max")))
     row("aten ops per commit max / mean",
         lambda a: f"{A_k(a, 'aten_ops', 'per_commit_max')} / {A_k(a, 'aten_ops', 'per_commit_mean')}")
     row("chunk islands / decode islands", lambda a: f"{a['chunk_islands']} / {a['decode_islands']}")

@@ -1,0 +1,80 @@
+"""Import-only placeholders for CUDA kernel packages that the offline GPU check cannot carry.
+
+Used only by ``scripts/gpu_check.sh --bundle`` (this folder goes first on ``PYTHONPATH``). The
+lent GPU machine has no network, and a call carries at most 64 MiB; ``sglang-kernel==0.4.4`` alone
+is a 615 MB wheel. Upstream modules that the tree-cache stack imports (``memory_pool`` ->
+``layers.quantization`` -> ``fp8_kernel`` ...) do ``from sgl_kernel import X`` at import time when
+CUDA is present, although nothing on the tree-cache, pool or allocator path calls them.
+
+A package listed in ``ISLANDS_ABSENT_KERNELS`` (comma-separated, default ``sgl_kernel``) that is
+*not installed* imports as a placeholder: every attribute and submodule exists, and calling or
+using any of them raises ``KernelNotCarried`` naming it. So a test that reaches a kernel fails
+loudly instead of running a stand-in. A package that is installed is never replaced.
+"""
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import types
+
+
+class KernelNotCarried(RuntimeError):
+    pass
+
+
+class _Absent:
+    """Stands for ``name``; any call or use raises ``KernelNotCarried``."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def _fail(self, *a, **k):
+        raise KernelNotCarried(f"{self._name} was called, but its package is not on this machine "
+                               "(scripts/gpu_check.sh --bundle carries import placeholders only)")
+
+    __call__ = __getitem__ = __iter__ = __len__ = __bool__ = _fail
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Absent(f"{self._name}.{attr}")
+
+    def __repr__(self):
+        return f"<absent {self._name}>"
+
+
+class _PlaceholderModule(types.ModuleType):
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Absent(f"{self.__name__}.{attr}")
+
+
+class _Loader(importlib.abc.Loader):
+    def create_module(self, spec):
+        m = _PlaceholderModule(spec.name)
+        m.__path__ = []  # a package: submodules resolve through the finder below
+        m.__version__ = "0+absent"
+        return m
+
+    def exec_module(self, module):
+        pass
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def __init__(self, roots):
+        self.roots = roots
+
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in self.roots:
+            return importlib.machinery.ModuleSpec(name, _Loader(), is_package=True)
+        return None
+
+
+_roots = {r.strip() for r in os.environ.get("ISLANDS_ABSENT_KERNELS", "sgl_kernel").split(",") if r.strip()}
+_missing = set()
+for _r in _roots:
+    if importlib.machinery.PathFinder.find_spec(_r) is None:
+        _missing.add(_r)
+if _missing:
+    sys.meta_path.append(_Finder(_missing))  # last: anything installed is found first
