@@ -56,9 +56,9 @@ step() {  # step NAME CMD...
   if "$@"; then echo "PASS $name ($(( $(date +%s) - t0 )) s)"; else echo "FAIL $name ($(( $(date +%s) - t0 )) s)"; fail=1; fi
 }
 step "unit tests on cuda" env ISLANDS_TEST_DEVICE=cuda SGLANG_USE_CPU_ENGINE=0 TRITON_INTERPRET=0 \
-  timeout 300 "$PY" -m pytest -q -rfE -p no:cacheprovider -m "not server" --junitxml "$OUT/unit_cuda.xml" \
+  timeout 200 "$PY" -m pytest -q -rfE -p no:cacheprovider -m "not server" --junitxml "$OUT/unit_cuda.xml" \
   test/test_chunk_islands.py test/test_decode_islands.py test/test_island_formulas.py
-HOLD=(timeout 240 env ISLANDS_TEST_DEVICE=cuda SGLANG_USE_CPU_ENGINE=0 TRITON_INTERPRET=0 PYTHONUNBUFFERED=1 "$PY" benchmarks/swa_hold.py)
+HOLD=(timeout 120 env ISLANDS_TEST_DEVICE=cuda SGLANG_USE_CPU_ENGINE=0 TRITON_INTERPRET=0 PYTHONUNBUFFERED=1 "$PY" benchmarks/swa_hold.py)
 step "hold benchmark on cuda (quick)" "${HOLD[@]}" --quick --repeats 7 \
   --json "$OUT/swa_hold_quick_cuda.json" --md "$OUT/swa_hold_quick_cuda.md"
 step "hold benchmark on cuda (production)" "${HOLD[@]}" --production --repeats 3 --timing-decode-tokens 8 \
