@@ -8,9 +8,8 @@
 # DIR gets:
 #   sglang.tar.xz   the patched engine exactly as scripts/setup.sh built it in .venv (pristine
 #                   0.5.15.post1 + patches/series + our modules), without bytecode or the cp311 .so
-#   whl/            cp312 manylinux wheels of the pure-Python and small compiled packages that
-#                   importing the tree-cache stack needs and the GPU image lacks, at the versions
-#                   pinned in requirements-cpu.lock (transformers/tokenizers too: sglang pins them)
+#   whl/            cp312 manylinux wheels of requirements-cpu.lock's pins, less the large or
+#                   compiled packages the GPU image already has (IMAGE_PROVIDES below)
 #
 # What it cannot carry: sglang-kernel==0.4.4 (a 615 MB wheel) and flashinfer. Without them the
 # server does not boot on CUDA, so the bundle runs the tree-cache/pool/allocator tests and the hold
@@ -24,32 +23,27 @@ case "$DIR" in -h|--help) sed -n '2,19p' "$0"; exit 0 ;; esac
 PY="$ROOT/.venv/bin/python"
 [ -x "$PY" ] || { echo "gpu_bundle.sh: error: no .venv: run scripts/setup.sh first" >&2; exit 1; }
 
-# Packages of requirements-cpu.lock the GPU image does not have (read off its package list in the
-# device tool's KINDS.md, 2026-11-17), plus sglang's own pins of transformers and tokenizers.
-CARRY="annotated-types asttokens cffi compressed-tensors dill distro executing fastapi gguf
-interegular ipython ipython_pygments_lexers jedi jiter jsonschema jsonschema-specifications loguru
-matplotlib-inline msgspec openai openai-harmony opentelemetry-api orjson parso partial-json-parser
-pexpect prompt_toolkit ptyprocess pure_eval pybase64 pycparser pydantic pydantic_core
-python-multipart pyzmq referencing rpds-py setproctitle sniffio soundfile stack-data starlette
-traitlets uvicorn watchfiles wcwidth zstandard transformers tokenizers"
+# Everything requirements-cpu.lock pins, at those versions, except what the GPU image already has
+# and is large or compiled against its torch (its package list: the device tool's KINDS.md). Pure
+# Python packages travel even where the image has some version: its versions were not what
+# sglang needs (pydantic 2.14 needs typing-inspection's `introspection`, absent there).
+IMAGE_PROVIDES="aiohttp charset-normalizer frozenlist hf-xet markupsafe multidict networkx numpy
+pillow propcache psutil pyyaml regex safetensors scipy sentencepiece sympy tiktoken triton uvloop yarl"
 
-pins=$("$PY" - "$CARRY" <<'PYEOF'
+pins=$("$PY" - "$IMAGE_PROVIDES" <<'PYEOF'
 import re, sys
 norm = lambda s: re.sub(r"[-_.]+", "-", s.strip().lower())
-lock = {}
+skip = {norm(n) for n in sys.argv[1].split()}
+pins = []
 for line in open("requirements-cpu.lock"):
     line = line.split("#")[0].strip()
-    if line:
-        name, ver = line.split("==")
-        lock[norm(name)] = f"{name}=={ver}"
-missing = [n for n in sys.argv[1].split() if norm(n) not in lock]
-if missing:
-    sys.exit(f"gpu_bundle.sh: error: not pinned in requirements-cpu.lock: {missing}")
-print(" ".join(lock[norm(n)] for n in sys.argv[1].split()))
+    if line and norm(line.split("==")[0]) not in skip:
+        pins.append(line)
+print(" ".join(pins))
 PYEOF
 )
 "$PY" scripts/patches.py apply >/dev/null
-mkdir -p "$DIR/whl"
+rm -rf "$DIR/whl" && mkdir -p "$DIR/whl"
 echo "[bundle] wheels (cp312, manylinux) -> $DIR/whl"
 # shellcheck disable=SC2086
 "$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
