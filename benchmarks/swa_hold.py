@@ -788,10 +788,14 @@ def to_markdown(result: dict) -> str:
         "running request's window `[L - w, L)` (during decode, islands' count includes the "
         "prompt's last island, kept live on purpose as the re-serve point). Commit CPU: "
         "`time.perf_counter` (wall) and `time.thread_time` (this thread's CPU, less sensitive "
-        "to other jobs on the machine) around `tree.cache_unfinished_req`, CPU harness "
-        "(tensor ops run on "
-        "CPU tensors), median / p90 over all commits of all timing repeats. Host syncs: aten ops "
-        "that block the host on a CUDA tensor (see the module docstring), counted per commit.",
+        "to other jobs on the machine) around `tree.cache_unfinished_req` "
+        + ("(tensor ops are CUDA kernel launches: the thread time is the host's launch cost), "
+           if str(result.get("device", "cpu")).startswith("cuda") else
+           "(CPU harness: tensor ops run on CPU tensors), ")
+        + "median / p90 over all commits of all timing repeats. Host syncs: aten ops "
+        "that block the host on a CUDA tensor (see the module docstring), counted per commit"
+        + ("; CUDA syncs: warnings of torch's sync debug mode, counted per commit."
+           if str(result.get("device", "cpu")).startswith("cuda") else "."),
     ]
     acc = result.get("acceptance")
     if acc:
