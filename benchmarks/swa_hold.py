@@ -358,6 +358,7 @@ def run_arm(shape: Shape, arm: str, *, measure: bool = True, count_syncs: bool =
 
         def timed_call(fn, sink, info, profiled=False):
             counter = Counter() if Counter else None
+            free_cpu[0] = 0.0
             gc_was = gc.isenabled()
             c0 = time.thread_time()
             t0 = time.perf_counter()
@@ -373,10 +374,32 @@ def run_arm(shape: Shape, arm: str, *, measure: bool = True, count_syncs: bool =
             dt = time.perf_counter() - t0
             info["thread_cpu_seconds"] = time.thread_time() - c0
             info["seconds"] = dt
+            if islands:
+                info["free_thread_cpu_seconds"] = free_cpu[0]
             if counter:
                 info["ops"] = counter.counts
             sink.append(info)
             assert gc.isenabled() == gc_was
+
+        # Thread CPU inside the island free (free_live_swa_pages) per commit: the part of the
+        # commit that any design freeing SWA at commit time pays on top of upstream's commit.
+        free_cpu = [0.0]
+        if islands:
+            import sglang.srt.mem_cache.swa_island_radix_cache as island_mod
+
+            real_free = island_mod.free_live_swa_pages
+
+            def timed_free(*a, **k):
+                c = time.thread_time()
+                try:
+                    return real_free(*a, **k)
+                finally:
+                    free_cpu[0] += time.thread_time() - c
+
+            island_mod.free_live_swa_pages = timed_free
+            restore_free = lambda: setattr(island_mod, "free_live_swa_pages", real_free)  # noqa: E731
+        else:
+            restore_free = lambda: None  # noqa: E731
 
         orig_commit = tree.cache_unfinished_req
 
@@ -427,7 +450,10 @@ def run_arm(shape: Shape, arm: str, *, measure: bool = True, count_syncs: bool =
 
         gc.collect()
         t0 = time.perf_counter()
-        steps = sched.run()
+        try:
+            steps = sched.run()
+        finally:
+            restore_free()
         wall = time.perf_counter() - t0
         assert len(sched.finished) == shape.n_requests, "not every request finished"
         assert sched.retractions == 0, "retractions: the pools are too small for this shape"
@@ -563,6 +589,7 @@ def bench(shape: Shape, *, arms=ARM_ORDER, repeats: int = 3, timing_decode_token
         measured[arm] = rr
     timings: Dict[str, List[List[float]]] = {a: [] for a in arms}
     cpu_timings: Dict[str, List[List[float]]] = {a: [] for a in arms}
+    free_timings: Dict[str, List[List[float]]] = {a: [] for a in arms}
     reclaims: Dict[str, List[float]] = {a: [] for a in arms}
     reclaimed: Dict[str, int] = {}
     for rep in range(repeats):
@@ -571,6 +598,7 @@ def bench(shape: Shape, *, arms=ARM_ORDER, repeats: int = 3, timing_decode_token
             rr = run_arm(shape, arm, measure=False, decode_tokens=timing_decode_tokens)
             timings[arm].append([c["seconds"] for c in rr.commits])
             cpu_timings[arm].append([c["thread_cpu_seconds"] for c in rr.commits])
+            free_timings[arm].append([c.get("free_thread_cpu_seconds", 0.0) for c in rr.commits])
             reclaims[arm].append(rr.reclaim_seconds)
             reclaimed[arm] = rr.reclaimed_swa
     profiles = {}
@@ -603,6 +631,9 @@ def bench(shape: Shape, *, arms=ARM_ORDER, repeats: int = 3, timing_decode_token
             "commit_cpu_seconds_per_repeat_median": [_pct(t, 0.5) for t in timings[arm]],
             "commit_thread_cpu_seconds_median": _pct(all_c, 0.5) if all_c else None,
             "commit_thread_cpu_seconds_p90": _pct(all_c, 0.9) if all_c else None,
+            "commit_free_thread_cpu_seconds_median": (
+                _pct([t for rep in free_timings[arm] for t in rep], 0.5)
+                if arm == "islands" and all_c else None),
             "commits_per_run": len(rr.commits),
             "commit_cpu_seconds_per_run_median": (
                 statistics.median(sum(t) for t in timings[arm]) if timings[arm] else None),
@@ -650,6 +681,12 @@ def bench(shape: Shape, *, arms=ARM_ORDER, repeats: int = 3, timing_decode_token
                                           up["commit_cpu_seconds_per_repeat_median"])
                 ],
             }
+            if a.get("commit_free_thread_cpu_seconds_median") is not None:
+                # upstream's commit plus this arm's SWA free alone: what any commit that frees
+                # the SWA it tombstones costs at least, with this free
+                ratios[arm]["upstream_plus_free_thread_cpu_median"] = 1 + (
+                    a["commit_free_thread_cpu_seconds_median"]
+                    / up["commit_thread_cpu_seconds_median"])
         result["ratios_vs_upstream"] = ratios
     w, p = shape.window, shape.page
     if "islands" in result["arms"]:
@@ -742,6 +779,16 @@ def to_markdown(result: dict) -> str:
              if a in ratios else "-")
             for a in arms)
         + " |")
+    if any(A[a].get("commit_free_thread_cpu_seconds_median") is not None for a in arms):
+        row("of which the SWA free (`free_live_swa_pages`), thread CPU ms median",
+            lambda a: _f(a["commit_free_thread_cpu_seconds_median"] * 1e3, 3)
+            if a.get("commit_free_thread_cpu_seconds_median") is not None else "-")
+        lines.append(
+            "| upstream's commit + that free, thread CPU ratio vs upstream (a floor for freeing "
+            "at commit) | " + " | ".join(
+                _f(ratios[a]["upstream_plus_free_thread_cpu_median"], 3)
+                if "upstream_plus_free_thread_cpu_median" in ratios.get(a, {}) else "-"
+                for a in arms) + " |")
     lines.append(
         "| per-repeat median ratio vs upstream (perf_counter) | "
         + " | ".join(
