@@ -48,6 +48,13 @@ def _check(result, w, p, syncs=True):
     assert knobs["max_dead_swa_per_running_req"] > 0
     if syncs:  # the upstream commit path is sync-free here
         assert up["host_syncs"]["syncs_per_commit_max"] == 0
+    # the island free is timed inside each island commit, and only there
+    assert 0 < isl["commit_free_thread_cpu_seconds_median"] < isl["commit_thread_cpu_seconds_median"]
+    assert up["commit_free_thread_cpu_seconds_median"] is None
+    floor = result["ratios_vs_upstream"]["islands"]["upstream_plus_free_thread_cpu_median"]
+    assert floor == pytest.approx(1 + isl["commit_free_thread_cpu_seconds_median"]
+                                  / up["commit_thread_cpu_seconds_median"])
+    assert result["device"].startswith("cpu")
 
 
 def test_cli_tiny_writes_json_and_md(tmp_path, capsys):
@@ -58,6 +65,8 @@ def test_cli_tiny_writes_json_and_md(tmp_path, capsys):
     _check(result, swa_hold.TINY.window, swa_hold.TINY.page)
     md = mp.read_text()
     assert "| metric | upstream | upstream_knobs | islands |" in md
+    assert "of which the SWA free" in md and "KV device: cpu" in md
+    assert "CUDA syncs" not in md  # only a CUDA stack runs torch's sync detector
     assert md.strip() in capsys.readouterr().out
 
 

@@ -1,0 +1,62 @@
+"""The offline GPU check's pieces that run anywhere: the import placeholders of
+scripts/gpu_offline/sitecustomize.py and gpu_check.sh's argument handling."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+OFFLINE = ROOT / "scripts" / "gpu_offline"
+
+
+def _py(code: str, absent: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(OFFLINE), ISLANDS_ABSENT_KERNELS=absent)
+    return subprocess.run([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=60)
+
+
+def test_absent_kernel_imports_as_placeholder_that_raises_when_used():
+    code = """
+import sitecustomize
+from islands_absent_pkg import some_kernel
+from islands_absent_pkg.sub.mod import other
+print(repr(some_kernel), repr(other))
+for f in (lambda: some_kernel(1), lambda: other.attr(), lambda: bool(some_kernel)):
+    try:
+        f()
+    except sitecustomize.KernelNotCarried as e:
+        print("raised:", e)
+    else:
+        print("did not raise")
+"""
+    p = _py(code, "islands_absent_pkg")
+    assert p.returncode == 0, p.stdout
+    assert "<absent islands_absent_pkg.some_kernel> <absent islands_absent_pkg.sub.mod.other>" in p.stdout
+    assert p.stdout.count("raised: islands_absent_pkg.") == 3 and "did not raise" not in p.stdout
+
+
+def test_installed_package_is_never_replaced_and_others_stay_missing():
+    code = """
+import json, sitecustomize
+assert json.dumps([1]) == "[1]"          # listed, but installed: the real module
+try:
+    import islands_not_listed_pkg
+except ModuleNotFoundError:
+    print("missing as usual")
+"""
+    p = _py(code, "json")
+    assert p.returncode == 0 and "missing as usual" in p.stdout, p.stdout
+
+
+def test_gpu_check_help_and_errors():
+    sh = ROOT / "scripts" / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(sh)]).returncode == 0
+    h = subprocess.run(["bash", str(sh), "--help"], stdout=subprocess.PIPE, text=True, timeout=30)
+    assert h.returncode == 0 and "--bundle DIR" in h.stdout and "sgl-kernel" in h.stdout
+    bad = subprocess.run(["bash", str(sh), "--bogus"], stderr=subprocess.PIPE, text=True, timeout=30)
+    assert bad.returncode == 2 and "unknown argument '--bogus'" in bad.stderr
+    b = ROOT / "scripts" / "gpu_bundle.sh"
+    assert subprocess.run(["bash", "-n", str(b)]).returncode == 0
+    hb = subprocess.run(["bash", str(b), "--help"], stdout=subprocess.PIPE, text=True, timeout=30)
+    assert hb.returncode == 0 and "sglang.tar.xz" in hb.stdout
