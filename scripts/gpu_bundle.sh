@@ -3,23 +3,32 @@
 # no network (the `device` tool's lent machines: Python 3.12, torch 2.11.0+cu130 and triton 3.6
 # preinstalled, nothing can be fetched there, at most 64 MiB travels with a call).
 #
-#   scripts/gpu_bundle.sh [DIR]      default DIR: .gpu (ignored by git)
+#   scripts/gpu_bundle.sh [--with-kernel] [DIR]      default DIR: .gpu (ignored by git)
 #
-# DIR gets:
-#   sglang.tar.xz   the patched engine exactly as scripts/setup.sh built it in .venv (pristine
-#                   0.5.15.post1 + patches/series + our modules), without bytecode or the cp311 .so
-#   whl/            cp312 manylinux wheels of requirements-cpu.lock's pins, less the large or
-#                   compiled packages the GPU image already has (IMAGE_PROVIDES below)
-#
-# What it cannot carry: sglang-kernel==0.4.4 (a 615 MB wheel) and flashinfer. Without them the
-# server does not boot on CUDA, so the bundle runs the tree-cache/pool/allocator tests and the hold
-# benchmark on CUDA tensors only; scripts/gpu_offline/sitecustomize.py turns `from sgl_kernel import
-# X` into a placeholder that raises if X is ever called.
+# DIR/site.tar.xz is a ready site-packages tree for that Python:
+#   - the patched engine exactly as scripts/setup.sh built it in .venv (pristine 0.5.15.post1 +
+#     patches/series + our modules), with its dist-info, without bytecode or the cp311 .so;
+#   - cp312 manylinux builds of requirements-cpu.lock's pins, less the large or compiled packages
+#     the GPU image already has (IMAGE_PROVIDES below);
+#   - with --with-kernel: sglang-kernel 0.4.4 (upstream's pin) for Hopper only, without its FA3
+#     library flash_ops (1.7 GB of the wheel's 1.8 GB), flash-MLA and the sm100 build. That lets
+#     the server boot on CUDA with the triton attention backend. The 615 MB wheel is downloaded
+#     once into .cache/wheels.
+# flashinfer cannot be carried either; scripts/gpu_offline/sitecustomize.py turns its imports
+# into placeholders that raise if anything calls them.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-DIR="${1:-$ROOT/.gpu}"
-case "$DIR" in -h|--help) sed -n '2,19p' "$0"; exit 0 ;; esac
+KERNEL=0 DIR="$ROOT/.gpu"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --with-kernel) KERNEL=1 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -*) echo "gpu_bundle.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+    *) DIR="$1" ;;
+  esac
+  shift
+done
 PY="$ROOT/.venv/bin/python"
 [ -x "$PY" ] || { echo "gpu_bundle.sh: error: no .venv: run scripts/setup.sh first" >&2; exit 1; }
 
@@ -29,6 +38,10 @@ PY="$ROOT/.venv/bin/python"
 # sglang needs (pydantic 2.14 needs typing-inspection's `introspection`, absent there).
 IMAGE_PROVIDES="aiohttp charset-normalizer frozenlist hf-xet markupsafe multidict networkx numpy
 pillow propcache psutil pyyaml regex safetensors scipy sentencepiece sympy tiktoken triton uvloop yarl"
+KERNEL_PIN="sglang-kernel==0.4.4"
+CP312=(--only-binary=:all: --python-version 3.12 --implementation cp
+       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
+       --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 
 pins=$("$PY" - "$IMAGE_PROVIDES" <<'PYEOF'
 import re, sys
@@ -43,15 +56,39 @@ print(" ".join(pins))
 PYEOF
 )
 "$PY" scripts/patches.py apply >/dev/null
-rm -rf "$DIR/whl" && mkdir -p "$DIR/whl"
-echo "[bundle] wheels (cp312, manylinux) -> $DIR/whl"
+STAGE="$(mktemp -d)"
+trap 'rm -rf "$STAGE"' EXIT
+SITE_OUT="$STAGE/site"
+echo "[bundle] cp312 packages -> site"
 # shellcheck disable=SC2086
-"$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-  --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
-  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
-  -d "$DIR/whl" $pins
+"$PY" -m pip install -q --disable-pip-version-check --no-deps --no-compile "${CP312[@]}" \
+  --target "$SITE_OUT" $pins
 SITE=$("$PY" -c 'import sglang, os; print(os.path.dirname(os.path.dirname(sglang.__file__)))')
-echo "[bundle] patched engine from $SITE -> $DIR/sglang.tar.xz"
-tar -C "$SITE" --exclude=__pycache__ --exclude='*.so' -cf - sglang | xz -T2 -6 > "$DIR/sglang.tar.xz"
-du -sh "$DIR/whl" "$DIR/sglang.tar.xz"
-echo "[bundle] done: $(du -sh "$DIR" | cut -f1) in $DIR"
+echo "[bundle] patched engine from $SITE"
+(cd "$SITE" && tar --exclude=__pycache__ --exclude='*.so' -cf - sglang sglang-*.dist-info) \
+  | tar -C "$SITE_OUT" -xf -
+if [ "$KERNEL" = 1 ]; then
+  mkdir -p .cache/wheels
+  whl=$(ls .cache/wheels/sglang_kernel-0.4.4-*.whl 2>/dev/null | head -n 1 || true)
+  if [ -z "$whl" ]; then
+    echo "[bundle] downloading $KERNEL_PIN (615 MB, once)"
+    "$PY" -m pip download -q --disable-pip-version-check --no-deps "${CP312[@]}" \
+      -d .cache/wheels "$KERNEL_PIN"
+    whl=$(ls .cache/wheels/sglang_kernel-0.4.4-*.whl | head -n 1)
+  fi
+  echo "[bundle] $(basename "$whl") for sm90, without flash_ops / flashmla_ops / sm100"
+  "$PY" - "$whl" "$SITE_OUT" <<'PYEOF'
+import sys, zipfile
+whl, out = sys.argv[1:]
+skip = ("sgl_kernel/flash_ops.", "sgl_kernel/flashmla_ops.", "sgl_kernel/sm100/")
+with zipfile.ZipFile(whl) as z:
+    for info in z.infolist():
+        if not info.filename.startswith(skip):
+            z.extract(info, out)
+PYEOF
+fi
+mkdir -p "$DIR"
+rm -rf "$DIR/whl" "$DIR/sglang.tar.xz"
+echo "[bundle] compressing $(du -sh "$SITE_OUT" | cut -f1) -> $DIR/site.tar.xz"
+tar -C "$SITE_OUT" -cf - . | xz -T2 -6 > "$DIR/site.tar.xz"
+echo "[bundle] done: $(du -sh "$DIR/site.tar.xz" | cut -f1) in $DIR (a device call carries 64 MiB in all)"

@@ -7,6 +7,8 @@
 #   scripts/gpu_gate.sh --dry-run            print the commands, run nothing
 #   scripts/gpu_gate.sh --models gemma4 --full --budget 900
 #   scripts/gpu_gate.sh --control            also the negative control (wrong frontier) on Gemma 4
+#   scripts/gpu_gate.sh --no-apply --no-spec --extra-server-args "--grammar-backend none"
+#                                            what gpu_check.sh --bundle runs (see there)
 #
 # Each model: two boots, identical except --enable-swa-islands, both with
 #   page 64; CUDA graphs on and the overlap scheduler on (sglang's defaults: nothing disables
@@ -38,6 +40,9 @@ WORKLOAD="--quick"
 BUDGET=570
 DRY=0
 CONTROL=0
+APPLY=1
+SPEC=1
+EXTRA_SERVER_ARGS=""
 WINDOW=128
 PAGE=64
 CHUNK=2880
@@ -53,6 +58,9 @@ while [ $# -gt 0 ]; do
     --quick) WORKLOAD="--quick" ;;
     --budget) BUDGET="$2"; shift ;;
     --control) CONTROL=1 ;;
+    --no-apply) APPLY=0 ;;          # the installed sglang is already patched (a gpu_check bundle)
+    --no-spec) SPEC=0 ;;            # no NGRAM: its corpus is a tvm-ffi JIT extension
+    --extra-server-args) EXTRA_SERVER_ARGS="$2"; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu_gate.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -72,10 +80,12 @@ backend_for() {
 }
 
 server_args_for() {
+  local spec=""
+  [ "$SPEC" = 1 ] && spec="--speculative-algorithm NGRAM --speculative-num-draft-tokens 8
+       --speculative-ngram-max-bfs-breadth 1 --speculative-ngram-min-bfs-breadth 1"
   echo "--attention-backend $(backend_for "$1") --dtype bfloat16 --kv-cache-dtype fp8_e4m3" \
-       "--speculative-algorithm NGRAM --speculative-num-draft-tokens 8" \
-       "--speculative-ngram-max-bfs-breadth 1 --speculative-ngram-min-bfs-breadth 1" \
-       "--cuda-graph-max-bs 16 --max-running-requests 16 --mem-fraction-static 0.3"
+       $spec "--cuda-graph-max-bs 16 --max-running-requests 16 --mem-fraction-static 0.3" \
+       $EXTRA_SERVER_ARGS
 }
 
 build_gate_cmd() {  # model-name model-dir extra-gate-args...  -> the array CMD
@@ -139,7 +149,7 @@ EOF
 then
   echo "gpu_gate.sh: this Python cannot run the GPU gate (PYTHON=$PY); see --help" >&2; exit 2
 fi
-if ! "$PY" scripts/patches.py apply; then
+if [ "$APPLY" = 1 ] && ! "$PY" scripts/patches.py apply; then
   echo "gpu_gate.sh: applying the patch series failed" >&2; exit 2
 fi
 

@@ -39,6 +39,17 @@ class _Absent:
             raise AttributeError(attr)
         return _Absent(f"{self._name}.{attr}")
 
+    def __mro_entries__(self, bases):
+        # `class X(absent_pkg.Base)`: X can be defined; making one raises
+        name = self._name
+
+        class _AbsentBase:
+            def __init__(self, *a, **k):
+                raise KernelNotCarried(f"{name} was subclassed and instantiated, but its package "
+                                       "is not on this machine")
+
+        return (_AbsentBase,)
+
     def __repr__(self):
         return f"<absent {self._name}>"
 
