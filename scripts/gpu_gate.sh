@@ -47,7 +47,7 @@ WINDOW=128
 PAGE=64
 CHUNK=2880
 INTERVAL=256
-MIN_LEFT_FOR_MODEL=240
+MIN_LEFT_FOR_MODEL=${GPU_GATE_MIN_LEFT:-240}
 
 usage() { sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
@@ -202,4 +202,9 @@ done
 
 say "summary (budget ${BUDGET}s, used $(( $(date +%s) - START ))s):"
 for k in "${!RESULT[@]}"; do echo "  $k: ${RESULT[$k]}"; done
+ran=0
+for k in "${!RESULT[@]}"; do [ "${RESULT[$k]}" = "SKIPPED (budget)" ] || ran=1; done
+if [ "$ran" = 0 ]; then
+  say "no gate ran: nothing was checked"; [ "$worst" = 1 ] || worst=2
+fi
 exit "$worst"

@@ -80,6 +80,10 @@ def gemma4_config(vocab: int, window: int, special: dict):
         **special,
     )
     cfg.architectures = ["Gemma4ForCausalLM"]
+    # SGLang's SWA KV pool reads hf_text_config.swa_num_key_value_heads for Gemma 4 without a
+    # default (model_runner_kv_cache_mixin); transformers 5.12's config has no such field, so the
+    # first H200 boot stopped there. The model itself falls back to num_key_value_heads: same value.
+    cfg.swa_num_key_value_heads = cfg.num_key_value_heads
     return cfg
 
 

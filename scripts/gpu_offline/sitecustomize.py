@@ -13,6 +13,7 @@ loudly instead of running a stand-in. A package that is installed is never repla
 """
 import importlib.abc
 import importlib.machinery
+import logging
 import os
 import sys
 import types
@@ -37,6 +38,8 @@ class _Absent:
     def __getattr__(self, attr):
         if attr.startswith("__"):
             raise AttributeError(attr)
+        if attr == "logger":  # `absent.x.logger.setLevel(...)`: a real, unused logger
+            return logging.getLogger(f"{self._name}.{attr}")
         return _Absent(f"{self._name}.{attr}")
 
     def __mro_entries__(self, bases):
@@ -58,6 +61,8 @@ class _PlaceholderModule(types.ModuleType):
     def __getattr__(self, attr):
         if attr.startswith("__"):
             raise AttributeError(attr)
+        if attr == "logger":  # `from absent.x import logger; logger.setLevel(...)`: a real logger
+            return logging.getLogger(f"{self.__name__}.{attr}")
         return _Absent(f"{self.__name__}.{attr}")
 
 
