@@ -71,9 +71,12 @@ if ! "$PY" -c 'import importlib.machinery as m, sys; sys.exit(m.PathFinder.find_
   want bench && [ -n "$MODEL" ] && echo "SKIP admission benchmark (gpu, quick): same reason"
 elif [ -n "$BUNDLE" ]; then
   # Offline: the bundle is patched already; no FA3 (GPT-OSS), no NGRAM, no grammar backend.
+  # SGLANG_IS_FLASHINFER_AVAILABLE=false: upstream's own switch, so nothing picks a flashinfer
+  # path because the import placeholder makes find_spec("flashinfer") succeed.
   want gate && step "equality gate (gpu, gemma4, offline bundle)" env PYTHON="$PY" OUT="$OUT" \
-    scripts/gpu_gate.sh --models gemma4 --no-apply --no-spec \
-    --extra-server-args "--grammar-backend none" --budget "${GATE_BUDGET:-570}"
+    SGLANG_IS_FLASHINFER_AVAILABLE=false scripts/gpu_gate.sh --models gemma4 --no-apply --no-spec \
+    --extra-server-args "--grammar-backend none --sampling-backend pytorch" \
+    --budget "${GATE_BUDGET:-570}"
   want bench && [ -n "$MODEL" ] && echo "SKIP admission benchmark (gpu, quick): needs a real model, which a bundle does not carry"
 else
   want gate && step "equality gate (gpu)" scripts/gpu_gate.sh
