@@ -1,15 +1,19 @@
 """Import-only placeholders for CUDA kernel packages that the offline GPU check cannot carry.
 
 Used only by ``scripts/gpu_check.sh --bundle`` (this folder goes first on ``PYTHONPATH``). The
-lent GPU machine has no network, and a call carries at most 64 MiB; ``sglang-kernel==0.4.4`` alone
-is a 615 MB wheel. Upstream modules that the tree-cache stack imports (``memory_pool`` ->
-``layers.quantization`` -> ``fp8_kernel`` ...) do ``from sgl_kernel import X`` at import time when
-CUDA is present, although nothing on the tree-cache, pool or allocator path calls them.
+lent GPU machine has no network, and a call carries at most 64 MiB: flashinfer, and
+``sglang-kernel==0.4.4`` unless the bundle was built ``--with-kernel``, are not there. Upstream
+modules import them at import time when CUDA is present (``memory_pool`` ->
+``layers.quantization`` -> ``fp8_kernel`` does ``from sgl_kernel import X``; ``layers.sampler``
+imports ``flashinfer.sampling``), although the tree-cache, pool and allocator path and a greedy
+triton-backend server never call them.
 
 A package listed in ``ISLANDS_ABSENT_KERNELS`` (comma-separated, default ``sgl_kernel``) that is
 *not installed* imports as a placeholder: every attribute and submodule exists, and calling or
-using any of them raises ``KernelNotCarried`` naming it. So a test that reaches a kernel fails
-loudly instead of running a stand-in. A package that is installed is never replaced.
+using any of them (or instantiating a class derived from one) raises ``KernelNotCarried`` naming
+it. So a test that reaches a kernel fails loudly instead of running a stand-in. The one exception
+is an attribute named ``logger``: a real logger, since upstream sets its level at startup. A
+package that is installed is never replaced.
 """
 import importlib.abc
 import importlib.machinery
@@ -36,11 +40,7 @@ class _Absent:
     __call__ = __getitem__ = __iter__ = __len__ = __bool__ = _fail
 
     def __getattr__(self, attr):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        if attr == "logger":  # `absent.x.logger.setLevel(...)`: a real, unused logger
-            return logging.getLogger(f"{self._name}.{attr}")
-        return _Absent(f"{self._name}.{attr}")
+        return _member(self._name, attr)
 
     def __mro_entries__(self, bases):
         # `class X(absent_pkg.Base)`: X can be defined; making one raises
@@ -59,11 +59,17 @@ class _Absent:
 
 class _PlaceholderModule(types.ModuleType):
     def __getattr__(self, attr):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        if attr == "logger":  # `from absent.x import logger; logger.setLevel(...)`: a real logger
-            return logging.getLogger(f"{self.__name__}.{attr}")
-        return _Absent(f"{self.__name__}.{attr}")
+        return _member(self.__name__, attr)
+
+
+def _member(owner: str, attr: str):
+    """What an absent package hands out for ``owner.attr``: an ``_Absent``, except ``logger``,
+    which is a real (unused) logger because upstream sets such loggers' levels at startup."""
+    if attr.startswith("__"):
+        raise AttributeError(attr)
+    if attr == "logger":
+        return logging.getLogger(f"{owner}.{attr}")
+    return _Absent(f"{owner}.{attr}")
 
 
 class _Loader(importlib.abc.Loader):
