@@ -5,8 +5,9 @@ lent GPU machine has no network, and a call carries at most 64 MiB: flashinfer, 
 ``sglang-kernel==0.4.4`` unless the bundle was built ``--with-kernel``, are not there. Upstream
 modules import them at import time when CUDA is present (``memory_pool`` ->
 ``layers.quantization`` -> ``fp8_kernel`` does ``from sgl_kernel import X``; ``layers.sampler``
-imports ``flashinfer.sampling``), although the tree-cache, pool and allocator path and a greedy
-triton-backend server never call them.
+imports ``flashinfer.sampling``). The tree-cache, pool and allocator path never calls them (the
+unit tests passed on an H200 with sgl_kernel as a placeholder); for the server, whatever does call
+one fails loudly.
 
 A package listed in ``ISLANDS_ABSENT_KERNELS`` (comma-separated, default ``sgl_kernel``) that is
 *not installed* imports as a placeholder: every attribute and submodule exists, and calling or
