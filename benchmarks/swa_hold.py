@@ -173,7 +173,9 @@ def _make_sync_counter():
         """On a CUDA stack (``ISLANDS_TEST_DEVICE=cuda``), torch's own detector as well: every call
         that synchronises the host with the device warns under ``set_sync_debug_mode("warn")``;
         counted as ``cuda_sync`` (a measurement, where the op list above is a static proxy)."""
-        if os.environ.get("ISLANDS_TEST_DEVICE", "cpu") != "cuda":
+        from islands_harness.stack import stack_device
+
+        if stack_device() != "cuda":
             yield
             return
         import warnings
@@ -384,22 +386,6 @@ def run_arm(shape: Shape, arm: str, *, measure: bool = True, count_syncs: bool =
         # Thread CPU inside the island free (free_live_swa_pages) per commit: the part of the
         # commit that any design freeing SWA at commit time pays on top of upstream's commit.
         free_cpu = [0.0]
-        if islands:
-            import sglang.srt.mem_cache.swa_island_radix_cache as island_mod
-
-            real_free = island_mod.free_live_swa_pages
-
-            def timed_free(*a, **k):
-                c = time.thread_time()
-                try:
-                    return real_free(*a, **k)
-                finally:
-                    free_cpu[0] += time.thread_time() - c
-
-            island_mod.free_live_swa_pages = timed_free
-            restore_free = lambda: setattr(island_mod, "free_live_swa_pages", real_free)  # noqa: E731
-        else:
-            restore_free = lambda: None  # noqa: E731
 
         orig_commit = tree.cache_unfinished_req
 
@@ -450,10 +436,8 @@ def run_arm(shape: Shape, arm: str, *, measure: bool = True, count_syncs: bool =
 
         gc.collect()
         t0 = time.perf_counter()
-        try:
+        with _timing_island_free(free_cpu) if islands else contextlib.nullcontext():
             steps = sched.run()
-        finally:
-            restore_free()
         wall = time.perf_counter() - t0
         assert len(sched.finished) == shape.n_requests, "not every request finished"
         assert sched.retractions == 0, "retractions: the pools are too small for this shape"
@@ -480,6 +464,28 @@ def run_arm(shape: Shape, arm: str, *, measure: bool = True, count_syncs: bool =
             reclaim_seconds=reclaim_seconds,
             reclaimed_swa=reclaimed,
         )
+
+
+@contextlib.contextmanager
+def _timing_island_free(acc: List[float]):
+    """While active, every ``free_live_swa_pages`` call adds its thread CPU seconds to ``acc[0]``
+    (the island cache calls it through its module global)."""
+    import sglang.srt.mem_cache.swa_island_radix_cache as island_mod
+
+    real_free = island_mod.free_live_swa_pages
+
+    def timed_free(*a, **k):
+        c = time.thread_time()
+        try:
+            return real_free(*a, **k)
+        finally:
+            acc[0] += time.thread_time() - c
+
+    island_mod.free_live_swa_pages = timed_free
+    try:
+        yield
+    finally:
+        island_mod.free_live_swa_pages = real_free
 
 
 def _profile_rows(prof, n_commits: int, top: int) -> List[dict]:
@@ -553,7 +559,9 @@ def _device_label() -> str:
     """Where the KV tensors lived: ``cpu``, or the GPU's name (``ISLANDS_TEST_DEVICE=cuda``)."""
     import torch
 
-    if os.environ.get("ISLANDS_TEST_DEVICE", "cpu") == "cuda":
+    from islands_harness.stack import stack_device
+
+    if stack_device() == "cuda":
         return f"cuda: {torch.cuda.get_device_name(0)}, torch {torch.__version__}"
     return f"cpu, torch {torch.__version__}"
 

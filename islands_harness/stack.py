@@ -108,10 +108,16 @@ def env_overrides(env: Dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+def stack_device() -> str:
+    """Device of the KV tensors :func:`build_stack` builds: ``cpu``, or ``cuda`` with
+    ``ISLANDS_TEST_DEVICE=cuda`` (``scripts/gpu_check.sh``)."""
+    return os.environ.get("ISLANDS_TEST_DEVICE", "cpu")
+
+
 def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
     """``ISLANDS_TEST_DEVICE=cuda`` builds the same stack on a GPU (``scripts/gpu_check.sh``)."""
     cfg = cfg or StackConfig(**kw)
-    device = os.environ.get("ISLANDS_TEST_DEVICE", "cpu")
+    device = stack_device()
     if device == "cpu":
         if cfg.page > 1:
             os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -154,7 +154,6 @@ def _build_weights(out_dir: pathlib.Path, fast, *, window: int, layers: int, hid
             "layer_types": cfg.layer_types}
 
 
-
 def randomize_weights(model, seed: int, std: float) -> None:
     """Seeded N(0, std) draws for every matrix parameter (dim >= 2), in sorted-name order so the
     draw does not depend on module registration order; vectors (norms, biases) keep their init."""
@@ -168,6 +167,7 @@ def randomize_weights(model, seed: int, std: float) -> None:
             if p.dim() >= 2:
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.dtype)
                         * std)
+
 
 def is_complete(path: pathlib.Path) -> bool:
     return (pathlib.Path(path) / MARKER).is_file()
