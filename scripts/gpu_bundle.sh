@@ -11,9 +11,10 @@
 #   - cp312 manylinux builds of requirements-cpu.lock's pins, less the large or compiled packages
 #     the GPU image already has (IMAGE_PROVIDES below);
 #   - with --with-kernel: sglang-kernel 0.4.4 (upstream's pin) for Hopper only, without its FA3
-#     library flash_ops (1.7 GB of the wheel's 1.8 GB), flash-MLA and the sm100 build. That lets
-#     the server boot on CUDA with the triton attention backend. The 615 MB wheel is downloaded
-#     once into .cache/wheels.
+#     library flash_ops (1.7 GB of the wheel's 1.8 GB), flash-MLA and the sm100 build, plus
+#     apache-tvm-ffi (sglang's pin), through which sglang's JIT kernels compile on the device.
+#     That lets the server boot on CUDA with the triton attention backend (verified on an H200,
+#     2026-12-01). The 615 MB wheel is downloaded once into .cache/wheels.
 # flashinfer cannot be carried either; scripts/gpu_offline/sitecustomize.py turns its imports
 # into placeholders that raise if anything calls them.
 set -euo pipefail
@@ -23,7 +24,7 @@ KERNEL=0 DIR="$ROOT/.gpu"
 while [ $# -gt 0 ]; do
   case "$1" in
     --with-kernel) KERNEL=1 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     -*) echo "gpu_bundle.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     *) DIR="$1" ;;
   esac
@@ -76,6 +77,13 @@ if [ "$KERNEL" = 1 ]; then
       -d .cache/wheels "$KERNEL_PIN"
     whl=$(ls .cache/wheels/sglang_kernel-0.4.4-*.whl | head -n 1)
   fi
+  # sglang's JIT kernels (sglang/jit_kernel: RoPE, KV store, ...) compile on the device with its
+  # nvcc through tvm-ffi; take the version the pristine wheel pins.
+  tvm_pin=$(unzip -p .cache/wheels/sglang-*.whl '*/METADATA' | sed -n 's/^Requires-Dist: \(apache-tvm-ffi==[0-9.]*\).*/\1/p' | head -n 1)
+  [ -n "$tvm_pin" ] || { echo "gpu_bundle.sh: error: no apache-tvm-ffi pin in the sglang wheel" >&2; exit 1; }
+  echo "[bundle] $tvm_pin (cp312)"
+  "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-compile "${CP312[@]}" \
+    --platform manylinux_2_24_x86_64 --target "$SITE_OUT" "$tvm_pin"
   echo "[bundle] $(basename "$whl") for sm90, without flash_ops / flashmla_ops / sm100"
   "$PY" - "$whl" "$SITE_OUT" <<'PYEOF'
 import sys, zipfile

@@ -143,6 +143,18 @@ def test_workload_shape(quick):
     assert g.workload_hash(steps) == g.workload_hash(g.build_workload(683, quick, 64))
 
 
+def test_a_prompt_of_one_page_or_less_is_expected_cold():
+    """reserve_len40 at page 64 (H200 gate, 2026-12-01): 40 tokens cannot fill a cached page."""
+    g = _load_gate_module()
+    r = g.Req("reserve_len40", "reserve", "hit", 16, ids=list(range(40)))
+    assert g.expected_status(r, 40, 64) == "cold"
+    assert g.expected_status(r, 64, 64) == "cold"  # a match leaves one token to compute
+    assert g.expected_status(r, 65, 64) == "hit"
+    assert g.expected_status(r, 40, 16) == "hit"
+    cold = g.Req("cold_len40", "cold", "cold", 16, ids=list(range(40)))
+    assert g.expected_status(cold, 4000, 1) == "cold"
+
+
 def test_shim_is_test_only():
     """The control shim must never be reachable from the production path."""
     assert SHIM.is_file()

@@ -54,6 +54,25 @@ except ModuleNotFoundError:
     assert p.returncode == 0 and "missing as usual" in p.stdout, p.stdout
 
 
+def test_flashinfer_norm_is_an_import_error_so_sgl_kernel_uses_its_own_norms():
+    """sgl_kernel.elementwise does `try: import flashinfer.norm except ImportError`; a placeholder
+    there made it call flashinfer (H200, 2026-12-01). Other flashinfer modules stay placeholders:
+    sglang's sampler imports flashinfer.sampling unguarded on CUDA."""
+    code = """
+import sitecustomize
+try:
+    import flashinfer.norm
+except ImportError as e:
+    print("import error:", e)
+from flashinfer.sampling import top_k_top_p_sampling_from_probs as f
+print(repr(f))
+"""
+    p = _py(code, "flashinfer")
+    assert p.returncode == 0, p.stdout
+    assert "import error: flashinfer.norm is not on this machine" in p.stdout
+    assert "<absent flashinfer.sampling.top_k_top_p_sampling_from_probs>" in p.stdout
+
+
 def test_gpu_check_help_and_errors():
     sh = ROOT / "scripts" / "gpu_check.sh"
     assert subprocess.run(["bash", "-n", str(sh)]).returncode == 0

@@ -15,6 +15,10 @@ using any of them (or instantiating a class derived from one) raises ``KernelNot
 it. So a test that reaches a kernel fails loudly instead of running a stand-in. The one exception
 is an attribute named ``logger``: a real logger, since upstream sets its level at startup. A
 package that is installed is never replaced.
+
+Submodules in ``_IMPORT_ERROR`` raise ``ImportError`` instead, as they would with the package
+absent: their importers catch it and use kernels of their own (``sgl_kernel.elementwise`` runs
+its own RMSNorm kernels when ``import flashinfer.norm`` fails; sglang's ``layernorm`` likewise).
 """
 import importlib.abc
 import importlib.machinery
@@ -84,11 +88,16 @@ class _Loader(importlib.abc.Loader):
         pass
 
 
+_IMPORT_ERROR = {"flashinfer.norm"}
+
+
 class _Finder(importlib.abc.MetaPathFinder):
     def __init__(self, roots):
         self.roots = roots
 
     def find_spec(self, name, path, target=None):
+        if name in _IMPORT_ERROR:
+            raise ImportError(f"{name} is not on this machine (offline GPU check)", name=name)
         if name.split(".")[0] in self.roots:
             return importlib.machinery.ModuleSpec(name, _Loader(), is_package=True)
         return None
