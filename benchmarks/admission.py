@@ -65,7 +65,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import dataclasses
-import importlib.util
 import json
 import math
 import os
@@ -83,22 +82,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from islands_tools import pool_plan as plan  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
-PLANNER_PATH = ROOT / "python" / "sglang" / "srt" / "mem_cache" / "swa_pool_plan.py"
-
-
-def load_planner():
-    """``swa_pool_plan`` from the working tree by path (standard library only, no torch)."""
-    if "swa_pool_plan" in sys.modules:
-        return sys.modules["swa_pool_plan"]
-    spec = importlib.util.spec_from_file_location("swa_pool_plan", PLANNER_PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["swa_pool_plan"] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-plan = load_planner()
 
 # ----------------------------------------------------------------------------- shapes
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Plan --swa-full-tokens-ratio for a hybrid sliding-window-attention model under SWA islands.
 
-The formulas live in python/sglang/srt/mem_cache/swa_pool_plan.py (the module SGLang's boot
-check uses); this is the command-line front end. Standard library only: it runs without torch.
+The command-line front end of islands_tools/pool_plan.py, which takes the pool formulas the
+server checks at startup from sglang.srt.mem_cache.swa_island_guard. Run it with the project's
+.venv/bin/python (SGLang installed; --model-config is then read through SGLang's ModelConfig), or
+with a bare python3: without an installed SGLang the engine formulas import from the working
+tree's python/ (standard library only) and --model-config reads config.json directly.
 """
 
 from __future__ import annotations
@@ -16,23 +19,14 @@ import re
 import sys
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_MODULE = os.path.join(_ROOT, "python", "sglang", "srt", "mem_cache", "swa_pool_plan.py")
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)  # islands_tools
+if importlib.util.find_spec("sglang") is None:
+    # No SGLang installed: the working tree's python/sglang holds swa_island_guard, which needs
+    # only the standard library (an installed sglang package always takes precedence).
+    sys.path.append(os.path.join(_ROOT, "python"))
 
-
-def _load_plan_module():
-    """The working tree's module by path (no sglang import, so no torch); else the installed one."""
-    if os.path.exists(_MODULE):
-        spec = importlib.util.spec_from_file_location("swa_pool_plan", _MODULE)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["swa_pool_plan"] = module  # dataclasses resolve their module by name
-        spec.loader.exec_module(module)
-        return module
-    from sglang.srt.mem_cache import swa_pool_plan  # pragma: no cover
-
-    return swa_pool_plan  # pragma: no cover
-
-
-plan = _load_plan_module()
+from islands_tools import pool_plan as plan  # noqa: E402
 
 _UNITS = {
     "": 1,
@@ -136,13 +130,14 @@ and GB as powers of 1000.
 
 EPILOG = """\
 inputs, in detail:
-  bytes per token      Either --model-config (SGLang's reading of an HF config.json:
-                       layer_types / hybrid_layer_pattern, num_key_value_heads, head_dim,
-                       v_head_dim, swa_* overrides, Gemma-4 global_* names; per layer
-                       K+V = kv_heads x (head_dim + v_head_dim) x dtype bytes, fp8 = 1,
-                       bf16/fp16 = 2, fp32 = 4), or the three explicit totals over all
-                       layers of each kind. Draft (EAGLE/STANDALONE) KV is budgeted like
-                       full-attention KV, as SGLang does.
+  bytes per token      Either --model-config (read through SGLang's ModelConfig: SWA and
+                       full layer ids, KV heads, head_dim, v_head_dim, swa_* overrides,
+                       Gemma-4 global_* names; config.json is read directly only where
+                       ModelConfig cannot load it; per layer K+V = kv_heads x (head_dim +
+                       v_head_dim) x dtype bytes, fp8 = 1, bf16/fp16 = 2, fp32 = 4), or the
+                       three explicit totals over all layers of each kind. Draft
+                       (EAGLE/STANDALONE) KV is budgeted like full-attention KV, as SGLang
+                       does.
   --budget             Bytes free for KV on one GPU after weights, activations and CUDA
                        graphs: SGLang's available_bytes. Estimate it from a boot log:
                        max_total_num_tokens x c(r) at the ratio that boot used.
@@ -250,10 +245,10 @@ def resolve_inputs(args, parser):
         if not args.kv_dtype:
             parser.error("--model-config needs --kv-dtype (fp8, bf16, fp16 or fp32)")
         config = _read_config(args.model_config)
-        layout = plan.kv_layout_from_hf_config(
-            config, args.kv_dtype, draft_layers=args.draft_layers, tp_size=args.tp_size
-        )
-        window = args.window if args.window is not None else plan.sliding_window_from_hf_config(config)
+        plan.dtype_bytes(args.kv_dtype)  # an unknown dtype is reported before a bad config
+        shape = plan.read_model_shape(args.model_config, tp_size=args.tp_size, config=config)
+        layout = plan.kv_layout_from_shape(shape, args.kv_dtype, draft_layers=args.draft_layers)
+        window = args.window if args.window is not None else shape.sliding_window
         if window is None:
             parser.error("--model-config has no sliding_window; pass --window")
         source = (
@@ -279,7 +274,7 @@ def resolve_inputs(args, parser):
     return kv, args.window, "explicit sizes"
 
 
-def make_plan(args, parser) -> dict:
+def make_plan(args, parser, argv=None) -> dict:
     kv, window, source = resolve_inputs(args, parser)
     bpt = kv.bytes_per_token if isinstance(kv, plan.HybridKVLayout) else kv
     if args.mean_accept_len is not None:
@@ -306,7 +301,7 @@ def make_plan(args, parser) -> dict:
     ratios = sorted(set(args.ratios) | {rec.ratio})
     rows = plan.plan_table(kv, args.budget, workload, ratios, hold=hold, max_total_tokens_cap=cap)
     return {
-        "command": " ".join(["scripts/swa_pool_plan.py"] + sys.argv[1:]),
+        "command": " ".join(["scripts/swa_pool_plan.py"] + list(sys.argv[1:] if argv is None else argv)),
         "inputs": {
             "source": source,
             "full_bytes_per_token": bpt.full,
@@ -405,7 +400,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        result = make_plan(args, parser)
+        result = make_plan(args, parser, argv)
     except ValueError as e:
         parser.error(str(e))
     if args.json:

@@ -1,5 +1,6 @@
 """Bad input gets a clear error and loses nothing: where islands may not run, pool floors,
-the coupled-rollback warning, and the exact type checks (registry, kv_canary walker)."""
+the coupled-rollback warning, and the exact type checks (registry, kv_canary walker). The pool
+formulas behind the floors and the suggested ratios are pinned with hand-computed numbers."""
 
 import logging
 
@@ -7,7 +8,16 @@ import pytest
 
 from islands_harness.sim import MiniScheduler, random_prompt
 from islands_harness.stack import build_stack, env_overrides, laguna_config_dir
-from sglang.srt.mem_cache.swa_island_guard import check_swa_islands_cache
+from sglang.srt.mem_cache import swa_island_guard as guard
+from sglang.srt.mem_cache.swa_island_guard import (
+    admission_bind,
+    check_swa_islands_cache,
+    hold_without_islands,
+    island_capacity,
+    island_floor,
+    ratio_for_swa_pool,
+    swa_pool_tokens,
+)
 from sglang.srt.server_args import ServerArgs
 
 
@@ -60,6 +70,80 @@ def test_exact_type_check_rejects_the_base_class_and_non_hybrid_models():
     check_swa_islands_cache(build_stack(islands=True).tree, is_hybrid_swa=True)
 
 
+# ------------------------------------------------------------------------ the pool formulas
+# The seed deployment: w = 1024, p = 64, cp = 16384, N = 48, T = 1,030,912 at ratio 0.17.
+
+
+def test_island_floor_is_one_chunk_plus_an_island_per_request():
+    assert island_floor(48, 1024, 64, 16384) == 68_608  # 16384 + 48 * 1088
+    assert island_floor(1, 33, 1, 128) == 162  # 128 + 33 + 1
+    assert island_floor(0, 1024, 64, 16384) == 16_384
+    # two chunks in flight, a decode tail of 1088: 2 * 16384 + 48 * (1024 + 64 + 1088)
+    assert island_floor(48, 1024, 64, 16384, chunks_in_flight=2, decode_tail=1088) == 137_216
+
+
+def test_island_capacity_is_the_most_requests_whose_floor_fits():
+    assert island_capacity(175_232, 1024, 64, 16384) == 146  # (175232 - 16384) / 1088 = 146.0
+    assert island_capacity(175_231, 1024, 64, 16384) == 145
+    # (175232 - 32768) // 2176 = 65 (65.47)
+    assert island_capacity(175_232, 1024, 64, 16384, chunks_in_flight=2, decode_tail=1088) == 65
+    assert island_capacity(16_000, 1024, 64, 16384) == 0  # below one chunk: none
+
+
+def test_hold_without_islands_is_one_chunk_in_whole_pages():
+    assert hold_without_islands(1024, 64, 16384) == 16_384
+    assert hold_without_islands(1024, 64, 16384, worst_case=True) == 17_408  # 16384 + 1024
+    assert hold_without_islands(1000, 64, 1000) == 1_024  # 1000 -> 16 pages
+    assert hold_without_islands(1000, 64, 1000, worst_case=True) == 2_048  # 2000 -> 32 pages
+
+
+def test_admission_bind_is_the_pool_over_the_hold():
+    assert admission_bind(175_232, 16_384) == 10.6953125
+    assert admission_bind(1_000, 128) == 7.8125
+    assert admission_bind(0, 128) == 0.0
+
+
+def test_swa_pool_is_the_ratio_of_the_index_space_floored_to_a_page():
+    assert swa_pool_tokens(1_030_912, 0.17, 64) == 175_232  # int(175255.04) = 175255 -> 2738 pages
+    assert swa_pool_tokens(737_920, 0.32, 64) == 236_096  # int(236134.4) -> 3689 pages
+    assert swa_pool_tokens(100, 0.29, 1) == 28  # 100 * 0.29 = 28.999999999999996 in floats
+
+
+def test_ratio_for_swa_pool_is_the_smallest_hundredth_that_holds_the_need():
+    assert ratio_for_swa_pool(2_048, 16_384, 1) == 0.13  # 0.125 -> 0.13: 2129 tokens
+    assert ratio_for_swa_pool(162, 1_000, 1) == 0.17  # 0.162 -> 0.17: 170 tokens
+    # 0.13 gives int(2129.92) = 2129 -> 2112 at p = 64, short of 2120; 0.14 gives 2240.
+    assert ratio_for_swa_pool(2_120, 16_384, 64) == 0.14
+    # The seed's serving floor at the seed's T: 0.1331 -> 0.14 (0.13: 133,952 < 137,216; 0.14: 144,320).
+    assert ratio_for_swa_pool(137_216, 1_030_912, 64) == 0.14
+    # Rounds as SGLang does: 0.29 of 100 tokens is 28 tokens in floats, so 29 needs 0.30.
+    assert ratio_for_swa_pool(29, 100, 1) == 0.30
+    assert ratio_for_swa_pool(0, 100, 1) == 0.01
+    assert ratio_for_swa_pool(20_000, 16_384, 1) == 1.0  # more than the index space
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: island_floor(-1, 1024, 64, 16384), "n_running"),
+        (lambda: island_floor(1, 0, 64, 16384), "window"),
+        (lambda: island_capacity(100, 1024, 0, 16384), "page"),
+        (lambda: hold_without_islands(1024, 64, 0), "chunk"),
+        (lambda: admission_bind(100, 0), "hold"),
+        (lambda: admission_bind(1.5, 10), "swa_pool"),
+        (lambda: swa_pool_tokens(1000, 1.5, 1), "ratio"),
+        (lambda: ratio_for_swa_pool(10, 0, 1), "full_tokens"),
+    ],
+)
+def test_pool_formulas_reject_bad_input_in_their_own_terms(call, name):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert str(e.value).startswith(name) and "--" not in str(e.value)
+
+
+# ------------------------------------------------------------------------ the startup checks
+
+
 def test_ratio_below_the_island_floor_is_a_startup_error():
     # one chunk (128) + window (33) + page (1) = 162 SWA tokens needed for a single request
     with pytest.raises(ValueError, match=r"island floor of a single request \(162 tokens"):
@@ -77,6 +161,29 @@ def test_rollback_with_the_lean_ratio_warns_with_the_numbers(caplog):
     caplog.clear()
     build_stack(window=32, chunk=128, swa_pool=1000, full_pool=16384, islands=True, ratio=0.06)
     assert "binds admission" not in " ".join(r.getMessage() for r in caplog.records)
+
+
+def test_floor_error_suggests_the_smallest_ratio_that_holds_one_request():
+    # floor 162 tokens (128 + 33 + 1) of a 1000-token index space: 0.162 -> 0.17 (170 tokens)
+    with pytest.raises(ValueError, match=r"Raise --swa-full-tokens-ratio to at least 0\.17\.$"):
+        build_stack(window=32, chunk=128, swa_pool=161, full_pool=1000, ratio=0.05)
+
+
+def test_both_suggested_ratios_come_from_ratio_for_swa_pool(monkeypatch, caplog):
+    calls = []
+
+    def fake(need, full_tokens, page):
+        calls.append((need, full_tokens, page))
+        return 0.77
+
+    monkeypatch.setattr(guard, "ratio_for_swa_pool", fake)
+    with pytest.raises(ValueError, match=r"at least 0\.77"):
+        build_stack(window=32, chunk=128, swa_pool=161, full_pool=1000, ratio=0.05)
+    caplog.set_level(logging.WARNING)
+    build_stack(window=32, chunk=128, swa_pool=1000, full_pool=16384, islands=False, ratio=0.06)
+    assert "e.g. --swa-full-tokens-ratio 0.77" in " ".join(r.getMessage() for r in caplog.records)
+    # the floor of one request; then the request pool (16) x one chunk (128)
+    assert calls == [(162, 1000, 1), (16 * 128, 16384, 1)]
 
 
 def test_kv_canary_walker_accepts_the_island_cache_and_skips_tombstones():

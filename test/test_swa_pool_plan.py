@@ -1,6 +1,10 @@
 """The pool-split arithmetic of the design note, pinned: "The hybrid KV layout", "The lazy-eviction
 hold" and "Re-deriving the pool split", plus a cross-check against SGLang's own pool configurator
-and a smoke test of scripts/swa_pool_plan.py.
+and ModelConfig, and the command line scripts/swa_pool_plan.py.
+
+The planner is ``islands_tools.pool_plan``; the pool formulas the server checks at startup are
+imported by it from ``sglang.srt.mem_cache.swa_island_guard`` (their literal pins are in
+test_guard.py).
 
 Units. The note's figures come out with SI units: KB = 1000 bytes and GB = 10**9 bytes.
 * 10.24 KB of draft KV is exactly 10,240 bytes (5 layers x 2 KV heads x (512 + 512) x fp8).
@@ -12,32 +16,25 @@ Units. The note's figures come out with SI units: KB = 1000 bytes and GB = 10**9
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
+import dataclasses
+import io
 import json
 import math
 import os
 import random
+import runpy
 import subprocess
 import sys
 import types
 
 import pytest
 
+from islands_tools import pool_plan as plan
+from sglang.srt.mem_cache import swa_island_guard as guard
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODULE = os.path.join(ROOT, "python", "sglang", "srt", "mem_cache", "swa_pool_plan.py")
 SCRIPT = os.path.join(ROOT, "scripts", "swa_pool_plan.py")
-
-
-def _load():
-    # By path: the module is stdlib-only and must not need the materialised engine.
-    spec = importlib.util.spec_from_file_location("swa_pool_plan", MODULE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["swa_pool_plan"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-plan = _load()
 
 KB = 1000
 GB = 10**9
@@ -49,6 +46,17 @@ SPEC_LOAD = plan.Workload(n_running=N, window=W, page=P, chunk=CP)
 
 def spec_pool(ratio):
     return plan.solve_pool_sizes(SPEC_KV, SPEC_BUDGET, ratio, P)
+
+
+# ------------------------------------------------------------------------ one definition
+
+
+@pytest.mark.parametrize(
+    "name", ["island_floor", "island_capacity", "hold_without_islands", "admission_bind", "swa_pool_tokens"]
+)
+def test_planner_uses_the_engine_formulas_not_a_copy(name):
+    assert getattr(plan, name) is getattr(guard, name)
+    assert name in plan.__all__
 
 
 # ----------------------------------------------------------------- "The hybrid KV layout"
@@ -357,6 +365,8 @@ def test_cell_size_matches_sglang_pool_configurator(sglang_configs, monkeypatch,
     # The attention-TP group is a torch.distributed object; its size is all this reads.
     monkeypatch.setattr(pc, "get_attention_tp_size", lambda: tp_size)
     layout = plan.kv_layout_from_hf_config(cfg, kv_dtype, draft_layers=draft_layers, tp_size=tp_size)
+    # The planner's ModelConfig reader and its config.json fallback agree.
+    assert plan.kv_layout_from_model_config(mc, kv_dtype, draft_layers=draft_layers, tp_size=tp_size) == layout
     mr = _model_runner(sa, mc, getattr(torch, DTYPES[kv_dtype]), draft_layers)
     for ratio in (0.05, 0.1, 0.17, 0.32, 0.8, 1.0):
         monkeypatch.setattr(sa, "swa_full_tokens_ratio", ratio)
@@ -453,6 +463,33 @@ def test_max_total_tokens_cap_matches_sglang_resolution(sglang_configs, monkeypa
     assert (ours.full_tokens, ours.swa_tokens) == (theirs.full_max_total_num_tokens, theirs.swa_max_total_num_tokens)
 
 
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_model_shape_is_read_through_sglang_model_config(tmp_path, name):
+    cfg, _ = CONFIGS[name]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    by_dir = plan.read_model_shape(str(tmp_path))
+    by_file = plan.read_model_shape(str(tmp_path / "config.json"))
+    assert by_dir == by_file
+    assert by_dir.reader == "ModelConfig"
+    fallback = plan.model_shape_from_hf_config(cfg)
+    assert fallback.reader == "config.json"
+    assert dataclasses.replace(by_dir, reader="config.json") == fallback
+
+
+def test_model_shape_falls_back_to_config_json_only_where_model_config_cannot_load_it(tmp_path):
+    # No model_type / architectures: transformers cannot build a config, ModelConfig neither.
+    shape_only = {"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                  "sliding_window": 64, "layer_types": ["sliding_attention"] * 3 + ["full_attention"]}
+    (tmp_path / "config.json").write_text(json.dumps(shape_only))
+    shape = plan.read_model_shape(str(tmp_path))
+    assert shape.reader == "config.json"
+    assert (shape.full_layers, shape.swa_layers, shape.kv_heads, shape.head_dim, shape.sliding_window) == (1, 3, 2, 16, 64)
+    # A file not named config.json is not something ModelConfig loads.
+    other = tmp_path / "gemma4.json"
+    other.write_text(json.dumps(GEMMA4_LIKE))
+    assert plan.read_model_shape(str(other)).reader == "config.json"
+
+
 # ------------------------------------------------------------------------------------- CLI
 
 SPEC_ARGS = ["--full-bytes-per-token", "9.5KB", "--swa-bytes-per-token", "95KB", "--draft-bytes-per-token",
@@ -460,12 +497,28 @@ SPEC_ARGS = ["--full-bytes-per-token", "9.5KB", "--swa-bytes-per-token", "95KB",
              "--max-running", "48"]
 
 
+def run_script(*args, bare=False):
+    """The script in a fresh interpreter; ``bare``: without site-packages, i.e. no SGLang installed."""
+    cmd = [sys.executable] + (["-S"] if bare else []) + [SCRIPT, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+# In-process runs of the script's main(): a fresh interpreter would import SGLang (seconds) per case.
+_SCRIPT_GLOBALS = runpy.run_path(SCRIPT, run_name="swa_pool_plan_script")
+
+
 def cli(*args):
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=60)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = _SCRIPT_GLOBALS["main"](list(args))
+        except SystemExit as e:
+            rc = e.code
+    return types.SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def test_cli_help_explains_every_input():
-    res = cli("--help")
+    res = run_script("--help")
     assert res.returncode == 0
     for word in ["--model-config", "--kv-dtype", "--draft-layers", "--full-bytes-per-token",
                  "--swa-bytes-per-token", "--draft-bytes-per-token", "--budget", "--window", "--page",
@@ -533,6 +586,11 @@ def test_cli_reads_a_model_config(tmp_path):
     assert data["inputs"]["swa_bytes_per_token"] == layout.bytes_per_token.swa == 4 * 2 * (32 + 32) * 2
     assert data["inputs"]["draft_bytes_per_token"] == 1 * (64 + 64) * 2
     assert data["recommendation"] == json.loads(by_file.stdout)["recommendation"]
+    # Without SGLang installed the script reads config.json itself, to the same plan.
+    bare = run_script("--model-config", str(tmp_path), *common, bare=True)
+    assert bare.returncode == 0, bare.stderr
+    assert json.loads(bare.stdout)["inputs"] == data["inputs"]
+    assert json.loads(bare.stdout)["recommendation"] == data["recommendation"]
 
 
 @pytest.mark.parametrize(
@@ -600,8 +658,14 @@ def test_serving_floor_recommends_the_spec_ratio():
     assert load.floor == 2 * 16384 + 48 * (1024 + 64 + 1088) == 137_216
     rec = plan.recommend_ratio(SPEC_KV, SPEC_BUDGET, load)
     assert rec.ratio == pytest.approx(0.17)
-    res = cli(*SPEC_ARGS, "--chunks-in-flight", "2", "--mean-accept-len", "8.5")
+    # The README's example command, as a script, with SGLang installed and without it.
+    res = run_script(*SPEC_ARGS, "--chunks-in-flight", "2", "--mean-accept-len", "8.5")
     assert res.returncode == 0, res.stderr
     assert "--swa-full-tokens-ratio 0.17" in res.stdout
+    assert "T_max = 1,030,912 tokens, SWA pool = 175,232 tokens" in res.stdout
+    assert "= 137,216 tokens" in res.stdout and "+27.7%" in res.stdout
+    assert "admission binds at 10.7 running requests" in res.stdout
+    bare = run_script(*SPEC_ARGS, "--chunks-in-flight", "2", "--mean-accept-len", "8.5", bare=True)
+    assert (bare.returncode, bare.stdout) == (0, res.stdout), bare.stderr
     bad = cli(*SPEC_ARGS, "--mean-accept-len", "-1")
     assert bad.returncode == 2 and "--mean-accept-len must be positive" in bad.stderr

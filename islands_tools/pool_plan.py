@@ -1,10 +1,12 @@
-"""Capacity plan for the two hybrid-SWA KV pools.
+"""Capacity plan for the two hybrid-SWA KV pools of SGLang 0.5.15.post1 (radix cache).
 
-This module is the one place that states how ``--swa-full-tokens-ratio`` trades total KV
-capacity against the SWA pool, how large the SWA pool must be once islands free the
-out-of-window SWA KV eagerly, and how many requests the pool admitted before islands.
-It imports only the standard library, so the boot check, the planning CLI
-(``scripts/swa_pool_plan.py``) and the tests all share these formulas without torch.
+How ``--swa-full-tokens-ratio`` trades total KV capacity against the SWA pool, how large the SWA
+pool must be once islands free the out-of-window SWA KV eagerly, and how many requests it admits
+without islands. The pool formulas the server itself checks at startup (island floor, island
+capacity, hold without islands, admission bind, SWA pool size) have one definition, in
+``sglang.srt.mem_cache.swa_island_guard``; this module imports them and adds what only a plan
+needs: bytes per token from a model's shape, the memory budget, the ratio search and the table.
+``scripts/swa_pool_plan.py`` is its command line.
 
 Vocabulary (token counts unless a name ends in ``bytes``):
 
@@ -29,38 +31,56 @@ Vocabulary (token counts unless a name ends in ``bytes``):
   island floor The SWA tokens ``N`` running requests need once islands free eagerly.
   admission bind  How many running requests the SWA pool admits: ``swa_pool / H``.
 
-Worked example (the production deployment of the design note; SI units, KB = 1000 B):
-full 9.5 KB, swa 95 KB, draft 10.24 KB per token, B = 37 GB, p = 64:
+Worked example (the seed deployment; SI units, KB = 1000 B): full 9.5 KB, swa 95 KB, draft
+10.24 KB per token, B = 37 GB, p = 64:
 
   c(0.32) = 9.5 + 0.32*95 + 10.24 = 50.14 KB  ->  T = 737,920, SWA pool 236,096
   c(0.17) = 9.5 + 0.17*95 + 10.24 = 35.89 KB  ->  T = 1,030,912, SWA pool 175,232
   island floor, N = 48, w = 1024, cp = 16384:  16384 + 48*(1024 + 64) = 68,608
   bind without islands at r = 0.17, H = cp:    175,232 / 16,384 = 10.7 requests
 
-Scope: this is the radix-cache case, ``HybridSWAPoolConfigurator``. SGLang switches to
-``SWAChunkCapPoolConfigurator`` only with ``--disable-radix-cache`` AND an explicit
-``--max-running-requests`` AND ``--chunked-prefill-size`` (pool_configurator.py 401-462):
-it sizes the SWA pool from a per-request cap and ignores the ratio. Islands live in the
-radix cache, so that configurator never applies to them. All-SWA models (no full layer)
-have no ratio either and are rejected here.
+Scope: the radix-cache case, ``HybridSWAPoolConfigurator``. SGLang uses
+``SWAChunkCapPoolConfigurator`` instead only with ``--disable-radix-cache`` AND an explicit
+``--max-running-requests`` AND ``--chunked-prefill-size``: it sizes the SWA pool from a
+per-request cap and ignores the ratio. Islands live in the radix cache, so that configurator
+never applies to them. All-SWA models (no full layer) have no ratio either and are rejected here.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import math
+import os
+import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, List, Mapping, Optional, Union
+from typing import Any, Iterable, Iterator, List, Mapping, Optional, Union
+
+from sglang.srt.mem_cache.swa_island_guard import (
+    admission_bind,
+    hold_without_islands,
+    island_capacity,
+    island_floor,
+    swa_pool_tokens,
+)
 
 __all__ = [
     "DTYPE_BYTES",
     "KVBytesPerToken",
     "HybridKVLayout",
+    "ModelShape",
     "Workload",
     "PoolSizes",
     "RatioRecommendation",
     "PlanRow",
     "dtype_bytes",
     "kv_bytes_per_layer",
+    "model_shape_from_model_config",
+    "model_shape_from_hf_config",
+    "read_model_shape",
+    "kv_layout_from_shape",
+    "kv_layout_from_model_config",
     "kv_layout_from_hf_config",
     "sliding_window_from_hf_config",
     "cost_per_token",
@@ -71,6 +91,7 @@ __all__ = [
     "island_capacity",
     "hold_without_islands",
     "admission_bind",
+    "decode_tail_tokens",
     "pool_floor_ratio",
     "recommend_ratio",
     "plan_table",
@@ -153,8 +174,8 @@ def kv_bytes_per_layer(
     """Bytes one token costs in ONE attention layer: ``kv_heads * (head_dim + v_head_dim)
     * dtype_bytes``, i.e. K and V (``2 * kv_heads * head_dim * dtype`` when V matches K).
 
-    Mirrors ``HybridSWAPoolConfigurator.__init__`` (pool_configurator.py 305-317), including
-    the per-rank head count ``max(1, kv_heads // tp_size)`` of ``ModelConfig.get_num_kv_heads``.
+    Mirrors ``HybridSWAPoolConfigurator.__init__``, including the per-rank head count
+    ``max(1, kv_heads // tp_size)`` of ``ModelConfig.get_num_kv_heads``.
     Example: Gemma-4 global layers, 2 KV heads x (512 + 512) x fp8 -> 2048 bytes.
     """
     _check_positive("num_kv_heads", num_kv_heads, integer=True)
@@ -174,10 +195,10 @@ def cost_per_token(
 
     ``full``, ``swa`` and ``draft`` are bytes per token summed over all layers of that
     kind. Draft KV rides the full index space, so it is charged like full KV (SGLang
-    budgets EAGLE/STANDALONE draft layers as full layers, pool_configurator.py 319-327).
+    budgets EAGLE/STANDALONE draft layers as full layers).
     Example: 9.5 KB + 0.17 * 95 KB + 10.24 KB = 35.89 KB.
 
-    SGLang evaluates ``F*(n_full + n_draft) + r*S*n_swa`` (343-350); for per-layer inputs
+    SGLang evaluates ``F*(n_full + n_draft) + r*S*n_swa``; for per-layer inputs
     ``HybridKVLayout.cell_size`` repeats that expression order exactly, this aggregate form
     can differ from it in the last floating-point digit only.
     """
@@ -249,7 +270,7 @@ class HybridKVLayout:
         )
 
     def cell_size(self, ratio: float) -> float:
-        """SGLang's ``_cell_size`` (pool_configurator.py 343-350), same expression order."""
+        """SGLang's ``HybridSWAPoolConfigurator._cell_size``, same expression order."""
         _check_ratio(ratio)
         return (
             self.full_bytes_per_layer * (self.full_layers + self.draft_layers)
@@ -260,7 +281,62 @@ class HybridKVLayout:
 KVCost = Union[KVBytesPerToken, HybridKVLayout]
 
 
-# ------------------------------------------------------------------ from a config.json
+# ------------------------------------------------------------------------ model shapes
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the KV pools of a hybrid-SWA model depend on, per GPU at one attention-TP size.
+
+    Head counts are per GPU (``max(1, heads // tp_size)``); dims are per head, in elements.
+    ``reader`` says where it came from: ``"ModelConfig"`` or ``"config.json"``.
+    """
+
+    full_layers: int
+    swa_layers: int
+    kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    swa_kv_heads: int
+    swa_head_dim: int
+    swa_v_head_dim: int
+    sliding_window: Optional[int]
+    reader: str
+
+
+def model_shape_from_model_config(model_config: Any, *, tp_size: int = 1) -> ModelShape:
+    """The shape SGLang sizes the pools from: the ``ModelConfig`` attributes that
+    ``HybridSWAPoolConfigurator`` reads (layer ids, ``get_num_kv_heads``,
+    ``get_swa_num_kv_heads``, head dims) and ``sliding_window_size`` (the model's ``w``)."""
+    _check_positive("tp_size", tp_size, integer=True)
+    if not model_config.is_hybrid_swa:
+        raise ValueError(
+            "SGLang does not run this model with hybrid SWA memory (ModelConfig.is_hybrid_swa "
+            "is False): it has one KV pool and no --swa-full-tokens-ratio to plan"
+        )
+    swa_ids = getattr(model_config, "swa_attention_layer_ids", None)
+    full_ids = getattr(model_config, "full_attention_layer_ids", None)
+    if swa_ids is None or full_ids is None:
+        raise ValueError(
+            "SGLang's ModelConfig gives no SWA/full layer ids for this model "
+            f"({', '.join(model_config.hf_config.architectures or [])}); pass "
+            "--full-bytes-per-token and --swa-bytes-per-token instead"
+        )
+    if not swa_ids:
+        raise ValueError("the config has no sliding-window layer: not a hybrid SWA model")
+    window = model_config.sliding_window_size
+    return ModelShape(
+        full_layers=len(full_ids),
+        swa_layers=len(swa_ids),
+        kv_heads=int(model_config.get_num_kv_heads(tp_size)),
+        head_dim=int(model_config.head_dim),
+        v_head_dim=int(model_config.v_head_dim),
+        swa_kv_heads=int(model_config.get_swa_num_kv_heads(tp_size)),
+        swa_head_dim=int(model_config.swa_head_dim),
+        swa_v_head_dim=int(model_config.swa_v_head_dim),
+        sliding_window=int(window) if window is not None else None,
+        reader="ModelConfig",
+    )
 
 
 def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -275,22 +351,10 @@ def _first(cfg: Mapping[str, Any], *keys: str) -> Any:
     return None
 
 
-def sliding_window_from_hf_config(config: Mapping[str, Any]) -> Optional[int]:
-    """The model window ``w`` (``sliding_window``) of an HF config dict, or None."""
-    w = _first(_text_config(config), "sliding_window", "sliding_window_size")
-    return int(w) if w is not None else None
-
-
-def kv_layout_from_hf_config(
-    config: Mapping[str, Any],
-    kv_dtype: str,
-    *,
-    draft_layers: int = 0,
-    tp_size: int = 1,
-) -> HybridKVLayout:
-    """Per-layer KV bytes of a hybrid-SWA model from its HF ``config.json`` (a dict).
-
-    Follows what SGLang reads (configs/model_config.py, utils/hf_transformers/config.py):
+def model_shape_from_hf_config(config: Mapping[str, Any], *, tp_size: int = 1) -> ModelShape:
+    """The shape from an HF ``config.json`` dict, without SGLang: :func:`read_model_shape`'s
+    fallback where ``ModelConfig`` cannot load the config. Reads what ``ModelConfig`` reads, for
+    the hybrid layouts it knows:
 
     * the text config (``text_config`` when present, else the top level);
     * layer kinds from ``layer_types`` (``"sliding_attention"`` / ``"full_attention"``),
@@ -298,21 +362,18 @@ def kv_layout_from_hf_config(
     * full layers: ``num_key_value_heads`` x (``head_dim`` + ``v_head_dim``); SWA layers:
       ``swa_num_key_value_heads`` / ``swa_head_dim`` / ``swa_v_head_dim`` when set, else the
       full-layer values. Gemma-4 names it the other way round (base = sliding,
-      ``global_*`` = full) and SGLang swaps them; so does this function.
+      ``global_*`` = full) and SGLang swaps them; so does this function;
     * ``head_dim`` defaults to ``hidden_size // num_attention_heads``.
-
-    Draft layers (EAGLE/STANDALONE) are budgeted as full layers, as SGLang does.
     """
     if not isinstance(config, Mapping):
         raise ValueError("model config must be a JSON object (the contents of config.json)")
-    nbytes = dtype_bytes(kv_dtype)
+    _check_positive("tp_size", tp_size, integer=True)
     cfg = dict(_text_config(config))
     model_type = str(config.get("model_type") or cfg.get("model_type") or "")
     architectures = list(config.get("architectures") or [])
 
     if model_type.startswith("gemma4"):
-        # utils/hf_transformers/config.py 136-163: base attributes describe the SWA
-        # layers, global_* the full-attention layers.
+        # Base attributes describe the SWA layers, global_* the full-attention layers.
         cfg.setdefault("swa_head_dim", cfg.get("head_dim"))
         cfg.setdefault("swa_v_head_dim", cfg.get("head_dim"))
         cfg.setdefault("swa_num_key_value_heads", cfg.get("num_key_value_heads"))
@@ -360,20 +421,120 @@ def kv_layout_from_hf_config(
     swa_head_dim = cfg.get("swa_head_dim") or head_dim
     swa_v_head_dim = cfg.get("swa_v_head_dim") or swa_head_dim
     swa_kv_heads = cfg.get("swa_num_key_value_heads") or kv_heads
-
-    full_per_layer = kv_bytes_per_layer(
-        int(kv_heads), int(head_dim), nbytes, v_head_dim=int(v_head_dim), tp_size=tp_size
-    )
-    swa_per_layer = kv_bytes_per_layer(
-        int(swa_kv_heads), int(swa_head_dim), nbytes, v_head_dim=int(swa_v_head_dim), tp_size=tp_size
-    )
-    return HybridKVLayout(
+    window = _first(cfg, "sliding_window", "sliding_window_size")
+    return ModelShape(
         full_layers=n_full,
         swa_layers=n_swa,
-        full_bytes_per_layer=full_per_layer,
-        swa_bytes_per_layer=swa_per_layer,
+        kv_heads=max(1, int(kv_heads) // tp_size),
+        head_dim=int(head_dim),
+        v_head_dim=int(v_head_dim),
+        swa_kv_heads=max(1, int(swa_kv_heads) // tp_size),
+        swa_head_dim=int(swa_head_dim),
+        swa_v_head_dim=int(swa_v_head_dim),
+        sliding_window=int(window) if window is not None else None,
+        reader="config.json",
+    )
+
+
+# What ModelConfig raises for a config it cannot load (ImportError: SGLang's runtime is not
+# installed; ValueError/KeyError: transformers does not know the model; TypeError/AttributeError:
+# a shape-only config without architectures).
+_MODEL_CONFIG_ERRORS = (ImportError, OSError, ValueError, KeyError, TypeError, AttributeError)
+
+
+@contextlib.contextmanager
+def _quiet_sglang() -> Iterator[None]:
+    """Silence import-time warnings and ModelConfig's log lines (e.g. no generation_config.json)."""
+    loggers = [logging.getLogger(name) for name in ("sglang", "transformers")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _load_model_config(model_dir: str) -> Any:
+    with _quiet_sglang():
+        from sglang.srt.configs.model_config import ModelConfig
+
+        return ModelConfig(model_path=model_dir, trust_remote_code=False)
+
+
+def read_model_shape(
+    path: str, *, tp_size: int = 1, config: Optional[Mapping[str, Any]] = None
+) -> ModelShape:
+    """The shape of the model at ``path``: a model directory, or the ``config.json`` in one.
+
+    Read through SGLang's ``ModelConfig``, the object the server sizes its pools from (with
+    ``trust_remote_code=False``). Only where ``ModelConfig`` cannot load the config is the file
+    read directly (:func:`model_shape_from_hf_config`): a file not named ``config.json``, a
+    config without ``model_type`` or ``architectures``, a model type this transformers does not
+    know, or no SGLang runtime installed. ``config`` is the file's parsed contents, if the
+    caller has them.
+    """
+    if os.path.isdir(path):
+        model_dir, config_path = path, os.path.join(path, "config.json")
+    else:
+        model_dir, config_path = os.path.dirname(path) or ".", path
+    if os.path.basename(config_path) == "config.json":
+        try:
+            model_config = _load_model_config(model_dir)
+        except _MODEL_CONFIG_ERRORS:
+            pass
+        else:
+            return model_shape_from_model_config(model_config, tp_size=tp_size)
+    if config is None:
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+    return model_shape_from_hf_config(config, tp_size=tp_size)
+
+
+def kv_layout_from_shape(
+    shape: ModelShape, kv_dtype: str, *, draft_layers: int = 0
+) -> HybridKVLayout:
+    """Per-layer KV bytes of a model shape; draft layers (EAGLE/STANDALONE) cost a full layer."""
+    nbytes = dtype_bytes(kv_dtype)
+    return HybridKVLayout(
+        full_layers=shape.full_layers,
+        swa_layers=shape.swa_layers,
+        full_bytes_per_layer=kv_bytes_per_layer(
+            shape.kv_heads, shape.head_dim, nbytes, v_head_dim=shape.v_head_dim
+        ),
+        swa_bytes_per_layer=kv_bytes_per_layer(
+            shape.swa_kv_heads, shape.swa_head_dim, nbytes, v_head_dim=shape.swa_v_head_dim
+        ),
         draft_layers=draft_layers,
     )
+
+
+def kv_layout_from_model_config(
+    model_config: Any, kv_dtype: str, *, draft_layers: int = 0, tp_size: int = 1
+) -> HybridKVLayout:
+    """Per-layer KV bytes from SGLang's ``ModelConfig``."""
+    shape = model_shape_from_model_config(model_config, tp_size=tp_size)
+    return kv_layout_from_shape(shape, kv_dtype, draft_layers=draft_layers)
+
+
+def kv_layout_from_hf_config(
+    config: Mapping[str, Any], kv_dtype: str, *, draft_layers: int = 0, tp_size: int = 1
+) -> HybridKVLayout:
+    """Per-layer KV bytes from an HF ``config.json`` dict (:func:`model_shape_from_hf_config`)."""
+    if not isinstance(config, Mapping):
+        raise ValueError("model config must be a JSON object (the contents of config.json)")
+    dtype_bytes(kv_dtype)  # an unknown dtype is reported before a bad config
+    shape = model_shape_from_hf_config(config, tp_size=tp_size)
+    return kv_layout_from_shape(shape, kv_dtype, draft_layers=draft_layers)
+
+
+def sliding_window_from_hf_config(config: Mapping[str, Any]) -> Optional[int]:
+    """The model window ``w`` (``sliding_window``) of an HF config dict, or None."""
+    w = _first(_text_config(config), "sliding_window", "sliding_window_size")
+    return int(w) if w is not None else None
 
 
 # ------------------------------------------------------------------------- pool sizes
@@ -384,12 +545,12 @@ def max_total_tokens(
 ) -> int:
     """``T_max``: SGLang's ``max_total_num_tokens``, the full pool, for a budget and c(r).
 
-    Same code path and rounding as this release (sglang 0.5.15.post1):
+    Same arithmetic and rounding as ``HybridSWAPoolConfigurator.calculate_pool_sizes`` and
+    ``ModelRunner``'s ``--max-total-tokens`` constraint:
 
-      T = int(available_bytes // cell_size)           pool_configurator.py 389-393
-      full = (T // page) * page                       _solve_pool_sizes, 375
-      if --max-total-tokens < full:                   model_runner_kv_cache_mixin.py
-          full = (cap // page) * page                 1196-1223 and 1307-1313
+      T = int(available_bytes // cell_size)
+      full = (T // page) * page
+      if --max-total-tokens < full:  full = (cap // page) * page
 
     Example: 37e9 // 35890.0 = 1,030,928 -> 1,030,912 tokens at p = 64.
     """
@@ -409,17 +570,6 @@ def max_total_tokens(
             f"page of {page} tokens (SGLang would refuse to boot: 'Not enough memory')"
         )
     return full
-
-
-def swa_pool_tokens(full_tokens: int, ratio: float, page: int) -> int:
-    """SWA pool size: ``floor_p(int(full * r))`` (pool_configurator.py 376).
-
-    Example: int(1,030,912 * 0.17) = 175,255 -> 175,232 at p = 64.
-    """
-    _check_non_negative("full_tokens", full_tokens, integer=True)
-    _check_ratio(ratio)
-    _check_positive("page", page, integer=True)
-    return (int(full_tokens * ratio) // page) * page
 
 
 @dataclass(frozen=True)
@@ -461,9 +611,8 @@ class Workload:
 
     ``chunks_in_flight`` un-stashed prefill chunks are counted whole (1 under the normal
     scheduler; the overlap scheduler can have a second). ``decode_tail`` is extra
-    request-owned SWA tokens per request between two runs of the decode-time evictor
-    (it runs every SGLANG_SWA_EVICTION_INTERVAL = 128 iterations); 0 counts the steady
-    state, as the design note does.
+    request-owned SWA tokens per request between two frees (:func:`decode_tail_tokens`);
+    0 counts the steady state.
     """
 
     n_running: int
@@ -493,33 +642,6 @@ class Workload:
         )
 
 
-def island_floor(
-    n_running: int,
-    window: int,
-    page: int,
-    chunk: int,
-    *,
-    chunks_in_flight: int = 1,
-    decode_tail: int = 0,
-) -> int:
-    """SWA tokens ``N`` running requests need with islands: ``cp + N * (w + p)``.
-
-    With islands each request keeps only a live island of ``w + p`` SWA tokens (the
-    window plus at most one page of alignment slack); everything older is a tombstone.
-    The chunk being prefilled has not been stashed yet, so it is counted whole.
-    ``w`` is the model window (1024), not window_left (1023).
-
-    Example: 16384 + 48 * (1024 + 64) = 68,608 tokens.
-    """
-    _check_non_negative("n_running", n_running, integer=True)
-    _check_positive("window", window, integer=True)
-    _check_positive("page", page, integer=True)
-    _check_positive("chunk", chunk, integer=True)
-    _check_non_negative("chunks_in_flight", chunks_in_flight, integer=True)
-    _check_non_negative("decode_tail", decode_tail, integer=True)
-    return chunks_in_flight * chunk + n_running * (window + page + decode_tail)
-
-
 def decode_tail_tokens(
     mean_accept_len: float, *, eviction_interval: int = 128, decode_interval: Optional[int] = None
 ) -> int:
@@ -537,65 +659,6 @@ def decode_tail_tokens(
         _check_positive("decode_interval", decode_interval, integer=True)
         tail = min(tail, decode_interval)
     return tail
-
-
-def island_capacity(
-    swa_pool: int,
-    window: int,
-    page: int,
-    chunk: int,
-    *,
-    chunks_in_flight: int = 1,
-    decode_tail: int = 0,
-) -> int:
-    """Most running requests whose island floor fits a SWA pool (inverse of island_floor).
-
-    Example: (175,232 - 16,384) // 1,088 = 146 requests at r = 0.17.
-    """
-    _check_non_negative("swa_pool", swa_pool, integer=True)
-    free = swa_pool - island_floor(
-        0, window, page, chunk, chunks_in_flight=chunks_in_flight, decode_tail=decode_tail
-    )
-    return max(0, free // (window + page + decode_tail))
-
-
-def _ceil_page(x: int, page: int) -> int:
-    return -(-x // page) * page
-
-
-def hold_without_islands(window: int, page: int, chunk: int, *, worst_case: bool = False) -> int:
-    """SWA tokens one running request pins in stock SGLang: about one prefill chunk.
-
-    Mechanism (mem_cache/swa_radix_cache.py, 0.5.15.post1): every chunk commit,
-    ``cache_unfinished_req`` (487-553), inserts ``[cache_protected_len, L)`` as one new
-    non-tombstone leaf and ``inc_lock_ref`` (670-707) SWA-locks whole nodes upward from
-    it until at least ``window_left`` tokens are locked, so the whole last-chunk leaf
-    (~``cp`` tokens) is protected. The lock holds until ``cache_finished_req`` ->
-    ``dec_lock_ref`` (476-484); the decode-time evictor (mem_cache/common.py 69-114) frees
-    only the request-owned region past the cached prefix and never touches that leaf.
-    Earlier chunks are unlocked (evictable, so available to admission).
-
-    Returns ``ceil_p(cp)`` (tree lengths are whole pages). ``worst_case=True`` returns
-    ``ceil_p(cp + w)``: when the last leaf is shorter than the window the lock walk also
-    takes the previous chunk's node, up to ``cp + w - 1`` tokens. Measured in production:
-    ~15,500 tokens for cp = 16,384.
-    """
-    _check_positive("window", window, integer=True)
-    _check_positive("page", page, integer=True)
-    _check_positive("chunk", chunk, integer=True)
-    return _ceil_page(chunk + window if worst_case else chunk, page)
-
-
-def admission_bind(swa_pool_tokens: int, hold: float) -> float:
-    """Running requests the SWA pool admits when each pins ``hold`` tokens: ``r*T / H``.
-
-    ``PrefillAdder.rem_swa_tokens`` (managers/schedule_policy.py 582-588) counts locked
-    (protected) SWA tokens as unavailable, so admission stops near this many requests;
-    ``math.floor`` of it is the whole number admitted. Example: 175,232 / 16,384 = 10.7.
-    """
-    _check_non_negative("swa_pool_tokens", swa_pool_tokens, integer=True)
-    _check_positive("hold", hold)
-    return swa_pool_tokens / hold
 
 
 # ----------------------------------------------------------------------- choosing a ratio
@@ -623,7 +686,7 @@ def pool_floor_ratio(
     at or just above it, rounding can still leave the pool a page or two short (compare
     ``solve_pool_sizes(...).swa_tokens`` with ``workload.floor`` for the exact check).
 
-    Example (spec deployment): 68,608 * 19,740 / (37e9 - 68,608 * 95,000) = 0.0444.
+    Example (seed deployment): 68,608 * 19,740 / (37e9 - 68,608 * 95,000) = 0.0444.
     Raises ValueError when the floor does not fit even at ratio 1.
     """
     _check_positive("budget_bytes", budget_bytes)
@@ -666,8 +729,8 @@ def recommend_ratio(
     0.01) whose SWA pool, as SGLang rounds it, holds ``floor * (1 + margin)`` tokens.
 
     The smaller the ratio, the larger ``T_max``; ``margin`` (default 25%) is head-room for
-    what the floor leaves out (at the spec deployment it covers a second in-flight chunk).
-    Example (spec deployment): margin 0.25 -> r = 0.06, SWA pool 87,232 (+27.1%).
+    what the floor leaves out (at the seed deployment it covers a second in-flight chunk).
+    Example (seed deployment): margin 0.25 -> r = 0.06, SWA pool 87,232 (+27.1%).
     """
     _check_non_negative("margin", margin)
     if not _is_number(step) or not (0 < step <= 1):
