@@ -8,7 +8,13 @@ checks hold at every point between scheduler steps and are what the island tests
 - mapping: tombstone nodes map to SWA slot 0, live nodes to a slot > 0;
 - no double free: each sub-allocator's free list holds unique pages; no live full->SWA mapping
   shares a slot; no slot is both free and referenced by the tree or a running request; the SWA
-  slots in use are exactly the live mapping entries (nothing leaked, nothing freed twice).
+  slots in use are exactly the live mapping entries (nothing leaked, nothing freed twice);
+- windows: every running request's last ``sliding_window_size`` committed positions (what its next
+  token reads) map to live SWA slots, so no SWA slot a running request reads was freed;
+- locks: the SWA locks of the running requests cover at least the tree's protected SWA tokens.
+
+The hold of a request (:func:`held_swa`) is computed here from the tree's lock range and the
+allocator's mapping, independently of how the cache's metrics compute it.
 """
 
 from __future__ import annotations
@@ -16,8 +22,6 @@ from __future__ import annotations
 from typing import Iterable, List, Tuple
 
 import torch
-
-from sglang.srt.mem_cache.swa_island_metrics import swa_hold
 
 
 def tree_nodes(tree) -> List:
@@ -59,6 +63,48 @@ def swa_lock_range(tree, req) -> List:
     return out
 
 
+def window_positions(tree, req) -> Tuple[int, int]:
+    """``[lo, L)``: the committed positions the request's next token reads through SWA.
+
+    ``L = kv_committed_len`` (positions whose KV is written); the next token at position ``L``
+    attends to ``[L - sliding_window_size, L]``.
+    """
+    L = req.kv_committed_len
+    return max(0, L - tree.sliding_window_size), L
+
+
+def check_windows_live(stack, running: Iterable) -> None:
+    """Every running request's window maps to live SWA slots (nothing it reads was freed)."""
+    mapping = stack.allocator.full_to_swa_index_mapping
+    for r in running:
+        if r.req_pool_idx is None:
+            continue
+        lo, hi = window_positions(stack.tree, r)
+        if hi <= lo:
+            continue
+        locs = stack.req_to_token_pool.req_to_token[r.req_pool_idx, lo:hi].to(torch.int64)
+        dead = (mapping[locs] <= 0).nonzero().flatten()
+        assert dead.numel() == 0, (
+            f"{r.rid}: SWA of positions {[lo + int(i) for i in dead[:8]]} freed inside its "
+            f"window [{lo}, {hi})"
+        )
+
+
+def held_swa(stack, req) -> Tuple[int, int]:
+    """``(locked, private)`` SWA tokens a running request keeps, from the tree and the allocator.
+
+    ``locked``: tokens of the live nodes in its SWA-lock range; ``private``: its own slots past
+    ``cache_protected_len`` whose full->SWA mapping is live.
+    """
+    locked = sum(len(n.value) for n in swa_lock_range(stack.tree, req) if not n.swa_tombstone)
+    private = 0
+    lo, hi = req.cache_protected_len, req.kv_allocated_len
+    if req.req_pool_idx is not None and hi > lo:
+        locs = stack.req_to_token_pool.req_to_token[req.req_pool_idx, lo:hi].to(torch.int64)
+        private = int((stack.allocator.full_to_swa_index_mapping[locs] > 0).sum())
+    return locked, private
+
+
 def _free_list(sub) -> torch.Tensor:
     return torch.cat([sub.free_pages, sub.release_pages])
 
@@ -94,9 +140,15 @@ def check_invariants(stack, running: Iterable = ()) -> None:
             assert bool((m > 0).all()), f"live node {n.id} maps freed SWA slots"
 
     running = [r for r in running if r.req_pool_idx is not None]
+    locked_total = 0
     for r in running:
         for n in swa_lock_range(tree, r):
             assert not n.swa_tombstone, f"{r.rid}: tombstone {n.id} inside its SWA lock"
+            assert n.swa_lock_ref > 0, f"{r.rid}: node {n.id} in its SWA lock range is unlocked"
+            locked_total += len(n.value)
+    # shared nodes are counted once per request: at least what the tree says is protected
+    assert locked_total >= tree.swa_protected_size_, (locked_total, tree.swa_protected_size_)
+    check_windows_live(stack, running)
 
     # Full pool: free list unique, disjoint from what the tree and running requests reference.
     full_free = _free_list(alloc.full_attn_allocator)
@@ -128,14 +180,14 @@ def check_invariants(stack, running: Iterable = ()) -> None:
 
 def req_private_swa(stack, req) -> int:
     """Live SWA slots of ``req`` past its tree-owned prefix (request-owned hold)."""
-    return swa_hold(stack.tree, req)[1]
+    return held_swa(stack, req)[1]
 
 
 def req_locked_swa(stack, req) -> int:
     """SWA slots of the tree nodes ``req`` SWA-locks."""
-    return swa_hold(stack.tree, req)[0]
+    return held_swa(stack, req)[0]
 
 
 def req_hold(stack, req) -> int:
     """SWA slots ``req`` keeps: its SWA-locked tree nodes plus its live request-owned slots."""
-    return sum(swa_hold(stack.tree, req))
+    return sum(held_swa(stack, req))

@@ -32,7 +32,11 @@ class MiniScheduler:
         next_token: Optional[Callable[[object], int]] = None,
         on_event: Optional[Callable[[str, list], None]] = None,
         accept_len: Optional[Callable[[object], int]] = None,
+        swa_pressure: bool = False,
     ):
+        """``swa_pressure``: after every step, evict all evictable SWA from the tree (what an
+        allocation would do under a full SWA pool), so anything a running request still reads but
+        no longer locks is freed at once and the invariants catch it."""
         from sglang.srt.managers.schedule_batch import ScheduleBatch
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -42,11 +46,13 @@ class MiniScheduler:
         self.next_token = next_token or (lambda req: 5 + (len(req.output_ids) * 7) % 97)
         self.on_event = on_event or (lambda label, reqs: None)
         self.accept_len = accept_len
+        self.swa_pressure = swa_pressure
         self._accepted = {}
         self.waiting: List = []
         self.running_batch = ScheduleBatch(reqs=[], batch_is_full=False)
         self.chunked_req = None
         self.last_batch = None
+        self.processing = None  # the batch whose results are being processed (events fire inside)
         self.forward_ct = 0
         self.spec = SpeculativeAlgorithm.from_string(None)
         self.finished: List = []
@@ -80,6 +86,8 @@ class MiniScheduler:
             reqs += [r for r in self.last_batch.reqs if r not in reqs]
         if self.chunked_req is not None and self.chunked_req not in reqs:
             reqs.append(self.chunked_req)
+        if self.processing is not None:
+            reqs += [r for r in self.processing.reqs if r not in reqs]
         return [r for r in reqs if r.req_pool_idx is not None and not r.finished()]
 
     def idle(self) -> bool:
@@ -204,6 +212,14 @@ class MiniScheduler:
         batch.seq_lens_sum = None
 
     def step(self) -> Optional[str]:
+        kind = self._step()
+        if self.swa_pressure:
+            from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+            self.tree.evict(EvictParams(num_tokens=0, swa_num_tokens=1 << 40))
+        return kind
+
+    def _step(self) -> Optional[str]:
         from sglang.srt.mem_cache.common import maybe_cache_unfinished_req
 
         exclude = []
@@ -232,13 +248,16 @@ class MiniScheduler:
 
         self.forward_ct += 1
         batch.forward_iter = self.forward_ct
-        if batch.forward_mode.is_extend():
-            self._process_prefill(batch)
-            self.last_batch = batch
-            return "extend"
-        self._process_decode(batch)
+        self.processing = batch
+        try:
+            if batch.forward_mode.is_extend():
+                self._process_prefill(batch)
+            else:
+                self._process_decode(batch)
+        finally:
+            self.processing = None
         self.last_batch = batch
-        return "decode"
+        return "extend" if batch.forward_mode.is_extend() else "decode"
 
     def _process_prefill(self, batch):
         from sglang.srt.mem_cache.common import maybe_cache_unfinished_req, release_kv_cache

@@ -73,6 +73,8 @@ class StackConfig:
     context_len: int = 1 << 17
     ratio: float = 0.8  # --swa-full-tokens-ratio as the startup checks see it (pools are explicit)
     enable_metrics: bool = False
+    # the paged allocators' release_pages path (PD modes build them with need_sort=True)
+    need_sort: bool = False
     env: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
@@ -177,7 +179,7 @@ def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
         dtype=torch.float32,
         device=device,
         kvcache=kv_pool,
-        need_sort=False,
+        need_sort=cfg.need_sort,
     )
     params = CacheInitParams(
         disable=False,

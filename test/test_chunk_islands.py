@@ -18,10 +18,7 @@ from islands_harness.sim import MiniScheduler, random_prompt
 from islands_harness.stack import build_stack
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
-from sglang.srt.mem_cache.swa_island_radix_cache import (
-    SWAIslandRadixCache,
-    swa_tombstone_frontier,
-)
+from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandRadixCache
 from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache
 
 BIG = 10**9
@@ -86,7 +83,7 @@ def test_flag_off_builds_exactly_swa_radix_cache_and_on_builds_islands():
 @pytest.mark.parametrize("page", [1, 16])
 def test_hold_after_each_commit_is_window_plus_page_one_request(page):
     stack = build_stack(window=64, chunk=256, page=page)
-    w = stack.tree.window  # model window as the cache counts it (sliding_window_size + 1)
+    w = 65  # Laguna HF window 64: a token reads [i - 64, i], 65 tokens (sliding_window_size + 1)
     rng = random.Random(0)
     _, probe = run_workload(stack, [random_prompt(rng, 1024)])
     commits = [r for r in probe.rows if r["rid"] == "r0"]
@@ -119,7 +116,7 @@ def test_hold_per_request_with_concurrent_requests():
     rng = random.Random(1)
     prompts = [random_prompt(rng, n) for n in (700, 520, 390, 999)]
     sched, probe = run_workload(stack, prompts, max_new=40)
-    w = stack.tree.window
+    w = 33  # HF window 32
     for row in probe.rows:
         assert row["locked"] <= w + 1 and row["private"] <= 1, row
     # all four requests produced chunk islands
@@ -133,8 +130,8 @@ def test_hold_during_decode_stays_bounded():
     rng = random.Random(2)
     sched = MiniScheduler(stack)
     reqs = [sched.submit(f"r{i}", random_prompt(rng, 600), 300) for i in range(3)]
-    interval = stack.tree.decode_interval
-    w, p = stack.tree.window, stack.cfg.page
+    interval = 32  # cp / 4
+    w, p = 33, 1  # HF window 32; page 1
     worst = 0
 
     def after():
@@ -174,7 +171,7 @@ def test_structure_after_commits_is_tombstones_then_one_live_island():
     def on_event(label, reqs):
         if label in ("chunk_commit", "last_chunk_commit"):
             path = _path(stack.tree, req.last_node)
-            t = swa_tombstone_frontier(req.extend_range.end, stack.tree.window, 1)
+            t = {128: 94, 256: 222, 384: 350, 512: 478, 640: 606}[req.extend_range.end]  # L - 34
             pos, kinds = 0, []
             for n in path:
                 kinds.append(("T" if n.swa_tombstone else "L", pos, pos + len(n.value)))
@@ -244,20 +241,35 @@ def test_second_request_matches_into_first_tombstoned_path_while_first_runs():
     sched = MiniScheduler(stack)
     a = sched.submit("a", prompt, 200)
     b = None
-    steps = 0
+    seen_at_admission = None
     while True:
         kind = sched.step()
-        steps += 1
         check_invariants(stack, sched.running)
-        if b is None and a.output_ids and len(a.output_ids) >= 10:
+        if b is None and len(a.output_ids) >= 10:
             # A is decoding; B re-sends A's prompt plus a new suffix
             b = sched.submit("b", list(prompt) + random_prompt(rng, 100), 20)
-        if b is not None and b.output_ids and not hasattr(b, "_hit"):
-            b._hit = len(b.prefix_indices) if b.prefix_indices is not None else 0
+        elif b is not None and seen_at_admission is None and b.req_pool_idx is not None:
+            # B was admitted this step: A still runs, and A's prompt path is tombstones up to
+            # its prompt island [512 - 66, 512) (frontier floor(512 - 33 - 1) = 478; the commit
+            # at 384 left [0, 350) as tombstones, the final commit [350, 478))
+            path, node = [], a.last_node
+            while node is not stack.tree.root_node:
+                path.append(node)
+                node = node.parent
+            pos, dead = 0, 0
+            for n in reversed(path):
+                if pos + len(n.value) <= 478:
+                    dead += len(n.value) if n.swa_tombstone else 0
+                pos += len(n.value)
+            seen_at_admission = (a in sched.running, dead)
         if kind is None and sched.idle():
             break
+    assert seen_at_admission is not None
+    a_running, dead = seen_at_admission
+    assert a_running, "A had finished when B was admitted"
+    assert dead == 478, "A's prompt below its frontier was not tombstoned"
     # B matched A's prompt island while A was still running: its whole prompt was cached
-    assert b.cached_tokens >= len(prompt) - stack.tree.page_size
+    assert b.cached_tokens == 512
     assert_pools_back_to_baseline(stack)
 
 
@@ -490,3 +502,116 @@ def test_without_stream_ordering_middle_commits_keep_the_inflight_chunk_window(o
     assert tree.stats.chunk_islands >= 4
     assert any(inflight_window_freed) == ordered, inflight_window_freed
     assert_pools_back_to_baseline(stack)
+
+
+# ---- the claims a mutant of the island code would break -----------------------------------------
+
+
+@pytest.mark.parametrize("page", [1, 16])
+def test_island_commits_and_decode_islands_do_not_sync_the_host(page):
+    """No op whose output size or value the host must wait for (on CUDA) runs inside a chunk
+    commit or a decode island: the island SWA free gathers pages and appends them to the free
+    list without ``unique`` or a ``> 0`` filter. Measured with the allocator's debug checks off
+    (``SGLANG_DEBUG_MEMORY_POOL=1`` adds checks that do sync, by design)."""
+    from islands_harness.host_syncs import SYNC_KEYS, make_sync_counter
+    from islands_harness.stack import env_overrides
+
+    with env_overrides({"SGLANG_DEBUG_MEMORY_POOL": "0"}):
+        stack = build_stack(window=32, page=page, chunk=256, full_pool=32768, swa_pool=16384)
+    tree = stack.tree
+    Counter = make_sync_counter()
+    counts = []
+
+    def counted(fn):
+        def wrapper(*a, **k):
+            c = Counter()
+            with c.active():
+                out = fn(*a, **k)
+            counts.append(c.counts)
+            return out
+        return wrapper
+
+    tree.cache_unfinished_req = counted(tree.cache_unfinished_req)
+    tree.insert_decode_island = counted(tree.insert_decode_island)
+    rng = random.Random(13)
+    run_workload(stack, [random_prompt(rng, n) for n in (900, 700, 530)], max_new=200)
+    assert tree.stats.chunk_islands >= 8 and tree.stats.decode_islands >= 3
+    assert len(counts) >= 11 and all(c.get("aten_ops", 0) > 0 for c in counts)
+    syncs = [sum(c.get(k, 0) for k in SYNC_KEYS) for c in counts]
+    assert max(syncs) == 0, [c for c in counts if sum(c.get(k, 0) for k in SYNC_KEYS)]
+    assert_pools_back_to_baseline(stack)
+
+
+def test_commit_frees_are_stream_ordered_only_where_the_forward_is_done(monkeypatch):
+    """The ordering guard through its inputs: frees at a middle-chunk commit are stream-ordered on
+    CPU, without overlap, and with a WAR barrier (CUDA, or SGLANG_ENABLE_WAR_BARRIER=1); not on a
+    GPU backend with overlap and no barrier (this machine is not CUDA, so a "cuda" device with
+    overlap stands for ROCm/NPU here)."""
+    import torch
+
+    from sglang.srt.mem_cache.swa_island_radix_cache import commit_frees_are_stream_ordered
+
+    monkeypatch.delenv("SGLANG_ENABLE_WAR_BARRIER", raising=False)
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert commit_frees_are_stream_ordered(cpu, overlap=True)
+    assert commit_frees_are_stream_ordered(cpu, overlap=False)
+    assert commit_frees_are_stream_ordered(gpu, overlap=False)
+    assert not commit_frees_are_stream_ordered(gpu, overlap=True)
+    monkeypatch.setenv("SGLANG_ENABLE_WAR_BARRIER", "1")
+    assert commit_frees_are_stream_ordered(gpu, overlap=True)
+
+
+@pytest.mark.parametrize("page", [1, 16])
+def test_allocator_with_sorted_release_gets_every_island_page_back(page):
+    """PD modes build the paged allocators with ``need_sort=True`` (freed pages go to
+    ``release_pages``); the island free must put its pages there too: after a workload that
+    tombstones and evicts, both pools are back to their boot size."""
+    stack = build_stack(window=32, page=page, chunk=128, full_pool=32768, swa_pool=4096,
+                        need_sort=True)
+    assert stack.allocator.swa_attn_allocator.need_sort
+    rng = random.Random(14)
+    shared = random_prompt(rng, 300)
+    prompts = [shared + random_prompt(rng, n) for n in (400, 250, 600)]
+    run_workload(stack, prompts, max_new=150)
+    assert stack.tree.stats.swa_tokens_freed_eagerly > 0
+    assert_pools_back_to_baseline(stack)
+
+
+def _tree_shape(tree):
+    """(start, end, tombstone) of every node, in DFS order by position."""
+    out, stack = [], [(tree.root_node, 0)]
+    while stack:
+        node, pos = stack.pop()
+        for child in node.children.values():
+            end = pos + len(child.value)
+            out.append((pos, end, child.swa_tombstone))
+            stack.append((child, end))
+    return sorted(out)
+
+
+def test_prefill_aware_swa_floor_keeps_upstream_behaviour():
+    """A request with ``swa_evict_floor > 0`` (prefill-aware SWA models keep ``[0, floor)``
+    visible) takes no island path: its commits and decode steps leave the tree exactly as
+    upstream's do (same nodes, same tombstones, the last chunk node locked whole)."""
+    seen = {}
+    for islands in (False, True):
+        stack = build_stack(window=32, chunk=128, islands=islands)
+        rng = random.Random(15)
+        sched = MiniScheduler(stack)
+        req = sched.submit("a", random_prompt(rng, 600), 300)
+        req.swa_evict_floor = 64
+        locked = []
+
+        def on_event(label, reqs, stack=stack, req=req, locked=locked):
+            if label in ("chunk_commit", "last_chunk_commit"):
+                locked.append(req_locked_swa(stack, req))
+
+        sched.on_event = on_event
+        sched.run(after_step=lambda: check_invariants(stack, sched.running))
+        seen[islands] = (locked, _tree_shape(stack.tree))
+        if islands:
+            assert stack.tree.stats.chunk_islands == 0 and stack.tree.stats.decode_islands == 0
+            assert stack.tree.stats.swa_tokens_freed_eagerly == 0
+        assert_pools_back_to_baseline(stack)
+    assert seen[True] == seen[False]
+    assert seen[True][0] == [128, 128, 128, 128, 88]  # upstream: the whole last chunk node

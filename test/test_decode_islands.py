@@ -39,7 +39,7 @@ def test_follow_up_reuses_running_output(page):
     hits = {}
     for islands in (False, True):
         stack = build_stack(window=32, chunk=chunk, page=page, islands=islands)
-        interval = chunk // 4
+        interval = 32  # cp / 4
         rng = random.Random(0)
         sched = MiniScheduler(stack)
         prompt = random_prompt(rng, prompt_len)
@@ -61,7 +61,7 @@ def test_follow_up_reuses_running_output(page):
 
 def test_cadence_under_variable_accept_lengths_fires_on_progress_never_twice():
     stack = build_stack(window=32, chunk=256)
-    interval = stack.tree.decode_interval  # 64
+    interval = 64  # cp / 4
     rng = random.Random(1)
     sched = MiniScheduler(stack, accept_len=lambda req: rng.randint(1, 16))
     reqs = [sched.submit(f"r{i}", random_prompt(rng, 300 + 50 * i), 700) for i in range(3)]
@@ -94,7 +94,7 @@ def test_cadence_under_variable_accept_lengths_fires_on_progress_never_twice():
 def test_decode_hold_is_window_plus_two_pages_plus_cadence_slack():
     for page in (1, 16):
         stack = build_stack(window=32, chunk=128, page=page)
-        w, interval = stack.tree.window, stack.tree.decode_interval
+        w, interval = 33, 32  # HF window 32 (a token reads 33); cp / 4
         rng = random.Random(2)
         sched = MiniScheduler(stack)
         for i in range(3):
@@ -148,3 +148,80 @@ def test_prompt_reserve_point_survives_decode_and_moderate_pressure():
             baseline(stack)
     assert hits["islands"] == prompt_len, hits
     assert hits["upstream_knobs"] < hits["islands"], hits
+
+
+@pytest.mark.parametrize("page", [1, 16])
+def test_running_window_stays_live_under_swa_pressure(page):
+    """What a running request reads is never freed: with every evictable SWA token evicted after
+    each step, each running request's last ``sliding_window_size`` positions still map to live
+    SWA slots (``check_invariants``), across chunk commits, decode islands and the release of the
+    island lock after the window."""
+    stack = build_stack(window=32, chunk=512, page=page, swa_pool=4096)
+    rng = random.Random(11)
+    sched = MiniScheduler(stack, max_running=4, swa_pressure=True)
+    for i in range(3):
+        sched.submit(f"r{i}", random_prompt(rng, 700 + 90 * i), 560)
+    sched.run(after_step=lambda: check_invariants(stack, sched.running))
+    assert all(len(r.output_ids) == 560 for r in sched.all_reqs)
+    # decode islands every 128 tokens; each island's lock is released 34 + page tokens after it
+    assert stack.tree.stats.decode_islands >= 3 * 4
+    baseline(stack)
+
+
+def test_island_lock_is_released_once_it_slides_out_of_the_window():
+    """Prompt 300 tokens, HF window 32 (33 read), page 1, cp 512 (one chunk; decode islands every
+    128): the prompt commit leaves the island [266, 300) SWA-locked. Once 334 tokens are
+    committed (300 + 33 + 1), no future token reads it: the lock is dropped, the island stays
+    live and evictable (the prompt's re-serve point) until the decode island at 428. (Upstream's
+    decode evictor, every 128 forward steps, is switched off to keep the numbers simple.)"""
+    with env_overrides({"SGLANG_SWA_EVICTION_INTERVAL": "1000000"}):
+        _released_after_window()
+
+
+def _released_after_window():
+    stack = build_stack(window=32, chunk=512)
+    tree = stack.tree
+    rng = random.Random(12)
+    sched = MiniScheduler(stack)
+    a = sched.submit("a", random_prompt(rng, 300), 200)
+    seen = {}
+    while a.kv_committed_len < 430:
+        assert sched.step() is not None
+        check_invariants(stack, sched.running)
+        L = a.kv_committed_len
+        if L in (300, 333, 334, 427, 428):
+            island = a.last_node if L < 428 else None
+            seen[L] = (
+                island.swa_lock_ref if island is not None else None,
+                None if island is None else island.swa_tombstone,
+                a.cache_protected_len,
+                tree.swa_evictable_size(),
+                tree.swa_protected_size(),
+            )
+    assert seen[300] == (1, False, 300, 0, 34)  # locked island [266, 300), nothing dead
+    assert seen[333] == (1, False, 300, 0, 34)
+    assert seen[334] == (0, False, 300, 34, 0)  # released, live, evictable
+    assert seen[427][:4] == (0, False, 300, 34)
+    # the decode island at 428: frontier 394, new island [394, 428) locked; the prompt island
+    # [266, 300) stays live (evictable), everything between is tombstoned
+    assert seen[428][2:] == (428, 34, 34)
+    sched.run()
+    baseline(stack)
+
+
+@pytest.mark.parametrize("window, page", [(40, 16), (32, 16), (33, 1)])
+def test_decode_island_needs_a_live_window_after_upstreams_evictor(window, page):
+    """Upstream's decode evictor (here every step) frees a request's own SWA up to
+    ``floor_p(L - max(sliding_window_size, p))``. A decode island ends at ``floor_p(committed)``
+    and must have at least ``sliding_window_size`` live tokens before its end (the match rule
+    and the lock rule); when the evictor left fewer (window not a multiple of the page), the
+    island waits for a later step. Invariants hold throughout, and islands still fire."""
+    with env_overrides({"SGLANG_SWA_EVICTION_INTERVAL": "1"}):
+        stack = build_stack(window=window, page=page, chunk=256, full_pool=32768, swa_pool=8192)
+        rng = random.Random(16)
+        sched = MiniScheduler(stack, max_running=4)
+        for i in range(3):
+            sched.submit(f"r{i}", random_prompt(rng, 300 + 37 * i), 400)
+        sched.run(after_step=lambda: check_invariants(stack, sched.running))
+        assert stack.tree.stats.decode_islands >= 3 * 4
+        baseline(stack)

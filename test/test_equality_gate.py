@@ -64,15 +64,16 @@ def test_quick_gate_passes(quick_gate):
     cached_on, cached_off = page["cached_on"], page["cached_off"]
     probes = [k for k in cached_on if k.startswith("ext_probe")]
     assert probes and max(cached_on[k] - cached_off[k] for k in probes) > 0, (cached_on, cached_off)
+    # required evidence (docs/equality-gate.md): the islands boot reported its island inserts
     ic = page["island_counters"]
-    assert ic is None or (ic.get("chunk", 0) > 0 and ic.get("decode", 0) >= 4), ic
+    assert ic is not None, "the islands boot exposed no sglang:swa_island_inserts_total"
+    assert ic.get("chunk", 0) > 0 and ic.get("decode", 0) >= 4, ic
 
 
 @pytest.mark.server
 def test_negative_control_wrong_frontier_fails(quick_gate, tmp_path):
     _, _, _, ref = quick_gate
-    if not ref.exists():
-        pytest.skip("the quick gate did not record an islands-off reference")
+    assert ref.exists(), "the quick gate did not record an islands-off reference"
     js = tmp_path / "control.json"
     rc, out = _run_gate("--quick", "--negative-control", "--reference", str(ref),
                         "--json-out", str(js))
