@@ -163,6 +163,19 @@ def test_rollback_with_the_lean_ratio_warns_with_the_numbers(caplog):
     assert "binds admission" not in " ".join(r.getMessage() for r in caplog.records)
 
 
+def test_pool_below_the_concurrency_floor_warns_with_the_requests_it_carries(caplog):
+    """README: with islands, a pool below the floor of the request pool's concurrency starts, with
+    a warning naming how many requests it carries: (1000 - 128) // 34 = 25 < 32 requests."""
+    caplog.set_level(logging.WARNING)
+    build_stack(window=32, chunk=128, swa_pool=1000, full_pool=16384, max_reqs=32, ratio=0.06)
+    msg = " ".join(r.getMessage() for r in caplog.records)
+    assert "carries about 25 running requests" in msg and "fewer than the request pool's 32" in msg
+    caplog.clear()
+    # (1000 - 128) // 34 = 25 >= 16: no warning
+    build_stack(window=32, chunk=128, swa_pool=1000, full_pool=16384, max_reqs=16, ratio=0.06)
+    assert "carries about" not in " ".join(r.getMessage() for r in caplog.records)
+
+
 def test_floor_error_suggests_the_smallest_ratio_that_holds_one_request():
     # floor 162 tokens (128 + 33 + 1) of a 1000-token index space: 0.162 -> 0.17 (170 tokens)
     with pytest.raises(ValueError, match=r"Raise --swa-full-tokens-ratio to at least 0\.17\.$"):
