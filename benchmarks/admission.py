@@ -48,7 +48,7 @@ Measured from the server: running requests per scheduler step (``#running-req`` 
 (``sglang:num_running_reqs`` sampled from ``/metrics`` every ``--sample-interval`` s), both pools'
 usage (decode log lines), decode steps, prefill tokens computed (sum of ``#new-token``),
 retractions (``sglang:num_retracted_requests_total``, cross-checked with the log), islands'
-eager frees (``sglang:swa_island_freed_tokens_total``) vs pressure-driven LRU eviction
+eager frees (``sglang:swa_freed_at_commit_tokens``) vs pressure-driven LRU eviction
 (``sglang:evicted_tokens_total``: full + SWA slots, summed by sglang), and cached tokens per
 request (``meta_info.cached_tokens``).
 
@@ -374,8 +374,8 @@ _DECODE = re.compile(
 )
 _ISLANDS = re.compile(
     r"swa held/req: (?P<held_mean>\d+) \(max (?P<held_max>\d+)\), islands: (?P<chunk_islands>\d+) "
-    r"chunk \+ (?P<decode_islands>\d+) decode, swa freed eagerly: (?P<freed>\d+), "
-    r"#tombstone token: (?P<tomb>\d+)"
+    r"chunk \+ (?P<decode_islands>\d+) decode, swa reclaimed: (?P<freed>\d+) at commit \+ "
+    r"(?P<cold>\d+) cold \+ (?P<window>\d+) window, #tombstone token: (?P<tomb>\d+)"
 )
 _PREFILL = re.compile(
     r"Prefill batch(?: \[\d+\])?, #new-seq: (?P<new_seq>\d+), #new-token: (?P<new_tok>\d+), "
@@ -499,9 +499,11 @@ def metric(m: Dict[str, Dict[str, float]], name: str, label: Optional[str] = Non
 COUNTERS = {
     "retractions": ("num_retracted_requests_total", None),
     "evicted_tokens": ("evicted_tokens_total", None),
-    "island_freed_tokens": ("swa_island_freed_tokens_total", None),
-    "chunk_islands": ("swa_island_inserts_total", 'kind="chunk"'),
-    "decode_islands": ("swa_island_inserts_total", 'kind="decode"'),
+    "island_freed_tokens": ("swa_freed_at_commit_tokens", None),
+    "island_reclaimed_cold_tokens": ("swa_reclaimed_cold_tokens", None),
+    "island_reclaimed_window_tokens": ("swa_reclaimed_window_tokens", None),
+    "chunk_islands": ("swa_island_chunk_inserts", None),
+    "decode_islands": ("swa_island_decode_inserts", None),
     "cached_tokens_metric": ("cached_tokens_total", None),
     "prompt_tokens_metric": ("prompt_tokens_total", None),
     "generation_tokens_metric": ("generation_tokens_total", None),
@@ -1222,7 +1224,7 @@ def _agent_table(L: List[str], arms: Dict[str, Any], names: List[str], with_no_r
     L.append(
         "LRU-evicted = `sglang:evicted_tokens_total` (pressure-driven `evict()`: full + SWA slots "
         "summed by sglang; there is no SWA-only counter); eager-freed = "
-        "`sglang:swa_island_freed_tokens_total` (SWA slots islands free at commit, islands only)."
+        "`sglang:swa_freed_at_commit_tokens` (SWA slots islands free at commit, islands only)."
         + ((" no_reuse: " + ", ".join(
             f"`{n}` {_f(arms[n].get('evicted_tokens'), 0)} / {_f(arms[n].get('island_freed_tokens'), 0)}"
             for n in names) + " (LRU-evicted / eager-freed).") if with_no_reuse else "") + "\n")

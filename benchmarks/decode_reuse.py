@@ -36,7 +36,7 @@ Measured per arm and phase:
   pool size on `Prefill batch` lines (a two-decimal ratio: +-0.005 x pool;
   `peak_swa_used_prefill`), plus the max of `sglang:swa_used_tokens` sampled from /metrics every
   0.25 s (`peak_swa_used_metrics`; misses short peaks);
-- decode islands inserted (`sglang:swa_island_inserts_total{kind="decode"}`, islands only);
+- decode islands inserted (`sglang:swa_island_decode_inserts`, islands only);
 - whether every arm's outputs equal the upstream arm's (token ids, temperature 0).
 
 Examples::

@@ -223,9 +223,10 @@ class LogScan:
 
 
 def island_inserts(text: str, kind: str) -> Optional[float]:
-    """`sglang:swa_island_inserts_total{kind=...}` from raw /metrics text (None if absent)."""
+    """`sglang:swa_island_{kind}_inserts` from raw /metrics text (None if absent)."""
+    name = f"sglang:swa_island_{kind}_inserts"
     for line in text.splitlines():
-        if line.startswith("sglang:swa_island_inserts_total{") and f'kind="{kind}"' in line:
+        if line.startswith(name + "{") or line.startswith(name + " "):
             return float(line.rpartition(" ")[2])
     return None
 

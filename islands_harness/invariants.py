@@ -109,10 +109,6 @@ def _free_list(sub) -> torch.Tensor:
     return torch.cat([sub.free_pages, sub.release_pages])
 
 
-def _pages(idx: torch.Tensor, page: int) -> torch.Tensor:
-    return torch.unique(idx // page) if page > 1 else idx
-
-
 def check_invariants(stack, running: Iterable = ()) -> None:
     tree, alloc = stack.tree, stack.allocator
     page = alloc.page_size
@@ -151,8 +147,9 @@ def check_invariants(stack, running: Iterable = ()) -> None:
     check_windows_live(stack, running)
 
     # Full pool: free list unique, disjoint from what the tree and running requests reference.
+    # (Counting and masks instead of unique/isin: O(n), and these run after every step.)
     full_free = _free_list(alloc.full_attn_allocator)
-    assert full_free.numel() == torch.unique(full_free).numel(), "full page freed twice"
+    assert _each_once(full_free), "full page freed twice"
     referenced = [n.value for n in nodes]
     for r in running:
         referenced.append(
@@ -161,21 +158,34 @@ def check_invariants(stack, running: Iterable = ()) -> None:
             )
         )
     if referenced:
-        ref = torch.cat(referenced)
-        ref_pages = _pages(ref, page)
-        assert not bool(torch.isin(ref_pages, full_free).any()), "referenced full page is free"
+        ref_pages = torch.cat(referenced) // page
+        assert not bool(_mask(full_free, ref_pages)[ref_pages].any()), "referenced full page is free"
 
     # SWA pool: free list unique; live mapping entries unique and exactly the slots in use.
     swa_free = _free_list(alloc.swa_attn_allocator)
-    assert swa_free.numel() == torch.unique(swa_free).numel(), "SWA page freed twice"
+    assert _each_once(swa_free), "SWA page freed twice"
     live = mapping[:-1][mapping[:-1] > 0]
-    assert live.numel() == torch.unique(live).numel(), "two full slots map one SWA slot"
+    assert _each_once(live), "two full slots map one SWA slot"
     used = alloc.size_swa - alloc.swa_available_size()
-    live_pages = _pages(live, page)
-    assert live_pages.numel() * page == used, (
-        f"SWA in use {used} tokens != {live_pages.numel()} live mapped pages x {page}"
+    live_pages = live // page
+    n_live_pages = int((torch.bincount(live_pages) > 0).sum()) if live.numel() else 0
+    assert n_live_pages * page == used, (
+        f"SWA in use {used} tokens != {n_live_pages} live mapped pages x {page}"
     )
-    assert not bool(torch.isin(live_pages, swa_free).any()), "live SWA slot is free"
+    assert not bool(_mask(swa_free, live_pages)[live_pages].any()), "live SWA slot is free"
+
+
+def _each_once(x: torch.Tensor) -> bool:
+    return x.numel() == 0 or int(torch.bincount(x).max()) <= 1
+
+
+def _mask(members: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """Boolean membership table of ``members``, large enough to index with ``queries``."""
+    size = 1 + max(int(members.max()) if members.numel() else 0,
+                   int(queries.max()) if queries.numel() else 0)
+    mask = torch.zeros(size, dtype=torch.bool, device=members.device)
+    mask[members] = True
+    return mask
 
 
 def req_private_swa(stack, req) -> int:

@@ -299,10 +299,8 @@ class MiniScheduler:
         self.on_event("decode", [r for r in batch.reqs if not r.finished()])
 
     def _after_decode_token(self, req, accept_len: int) -> None:
-        """Hook the scheduler patch calls after a request's tokens are committed."""
-        from sglang.srt.mem_cache.swa_island_radix_cache import on_decode_progress
-
-        on_decode_progress(self.tree, req, accept_len)
+        """What the scheduler patch calls after a request's tokens are committed."""
+        self.tree.on_decode_progress(req, accept_len)
 
     # ---- failure paths ------------------------------------------------------------------------
 

@@ -70,6 +70,8 @@ class StackConfig:
     swa_pool: int = 8192
     max_reqs: int = 16
     islands: bool = True
+    reclaim: str = "eager"  # --swa-islands-reclaim
+    decode_interval: Optional[int] = None  # --swa-islands-decode-interval
     context_len: int = 1 << 17
     ratio: float = 0.8  # --swa-full-tokens-ratio as the startup checks see it (pools are explicit)
     enable_metrics: bool = False
@@ -146,6 +148,8 @@ def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
         disable_overlap_schedule=True,
         skip_tokenizer_init=True,
         enable_swa_islands=cfg.islands,
+        swa_islands_reclaim=cfg.reclaim if cfg.islands else "auto",
+        swa_islands_decode_interval=cfg.decode_interval if cfg.islands else None,
         context_length=cfg.context_len,
         swa_full_tokens_ratio=cfg.ratio,
     )
@@ -190,6 +194,9 @@ def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
         chunked_prefill_size=cfg.chunk,
         sliding_window_size=mc.sliding_window_size,
         enable_metrics=cfg.enable_metrics,
+        enable_overlap_schedule=not sa.disable_overlap_schedule,
+        swa_islands_decode_interval=sa.swa_islands_decode_interval,
+        swa_islands_reclaim=sa.swa_islands_reclaim,
     )
     tree = create_tree_cache(
         TreeCacheBuildContext(

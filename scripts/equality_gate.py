@@ -45,7 +45,7 @@ cache-hit classes must have cached_tokens > 0, at least one mid-run probe must h
 cached_tokens beyond the running request's prompt and beyond what an earlier probe of the same
 request inserted when it finished (a decode-island hit), extension links must reach at least
 four decode intervals past the base prompt, and, where the server exports them
-(sglang:swa_island_inserts_total), chunk and decode island counters must be > 0.
+(sglang:swa_island_chunk_inserts / _decode_inserts), chunk and decode island counters must be > 0.
 
 Conservation, read from the server itself: the ``--enable-metrics`` gauges
 sglang:{kv,swa}_{available,evictable,used}_tokens (full and SWA pool; available = the allocator's
@@ -713,13 +713,13 @@ def print_conservation(label: str, readings: dict[str, Any]) -> None:
 
 
 def island_counters(metrics: dict) -> Optional[dict[str, float]]:
-    samples = metrics.get("sglang:swa_island_inserts_total")
-    if not samples:
-        return None
+    """Island inserts by kind (``sglang:swa_island_{chunk,decode}_inserts``); None if absent."""
     out: dict[str, float] = {}
-    for labels, v in samples:
-        out[labels.get("kind", "?")] = out.get(labels.get("kind", "?"), 0.0) + v
-    return out
+    for kind in ("chunk", "decode"):
+        samples = metrics.get(f"sglang:swa_island_{kind}_inserts")
+        if samples:
+            out[kind] = sum(v for _, v in samples)
+    return out or None
 
 
 def expected_status(r: Req, prompt_len: int, page: int) -> str:
@@ -842,7 +842,7 @@ def evidence(page: int, steps: list[Step], on: "BootData", counters, interval: i
     if counters is None:
         say(f"  evidence [{label} p{page}] island counters: not exported by this build")
     else:
-        say(f"  evidence [{label} p{page}] island counters (sglang:swa_island_inserts_total): "
+        say(f"  evidence [{label} p{page}] island counters (sglang:swa_island_*_inserts): "
             + ", ".join(f"{k} {v:.0f}" for k, v in sorted(counters.items())))
         if counters.get("chunk", 0) <= 0 or counters.get("decode", 0) < 4:
             problems.append(f"page {page}: island counters {counters}: expected chunk > 0 and "

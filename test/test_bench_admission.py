@@ -129,8 +129,8 @@ LOG = """\
 [2026-11-29 17:09:42] SWA pool of 1825 tokens (--swa-full-tokens-ratio 0.02785492) binds admission at about 3.6 running requests without --enable-swa-islands: each running request holds about one prefill chunk (512 tokens) of SWA KV, and the request pool allows 17.
 [2026-11-29 17:18:08] Prefill batch, #new-seq: 1, #new-token: 512, #cached-token: 0, full token usage: 0.02, swa token usage: 0.41, #running-req: 0, #queue-req: 19, #pending-token: 1469, cpu graph: False, input throughput (token/s): 87.39
 [2026-11-29 17:18:14] Prefill batch, #new-seq: 2, #new-token: 500, #cached-token: 12, full token usage: 0.04, swa token usage: 0.44, #running-req: 15, #queue-req: 18, #pending-token: 38029, cpu graph: False, input throughput (token/s): 157.22
-[2026-11-29 17:20:19] Decode batch, #running-req: 16, #full token: 32113, full token usage: 0.49, #swa token: 576, swa token usage: 0.44, swa held/req: 36 (max 40), islands: 77 chunk + 3 decode, swa freed eagerly: 31537, #tombstone token: 31000, cpu graph: False, gen throughput (token/s): 0.12, #queue-req: 4
-[2026-11-29 17:20:22] Decode batch, #running-req: 15, #full token: 32129, full token usage: 0.49, #swa token: 592, swa token usage: 0.45, swa held/req: 37 (max 41), islands: 77 chunk + 3 decode, swa freed eagerly: 31537, #tombstone token: 31537, cpu graph: False, gen throughput (token/s): 5.31, #queue-req: 4
+[2026-11-29 17:20:19] Decode batch, #running-req: 16, #full token: 32113, full token usage: 0.49, #swa token: 576, swa token usage: 0.44, swa held/req: 36 (max 40), islands: 77 chunk + 3 decode, swa reclaimed: 31537 at commit + 0 cold + 0 window, #tombstone token: 31000, cpu graph: False, gen throughput (token/s): 0.12, #queue-req: 4
+[2026-11-29 17:20:22] Decode batch, #running-req: 15, #full token: 32129, full token usage: 0.49, #swa token: 592, swa token usage: 0.45, swa held/req: 37 (max 41), islands: 77 chunk + 3 decode, swa reclaimed: 31537 at commit + 0 cold + 0 window, #tombstone token: 31537, cpu graph: False, gen throughput (token/s): 5.31, #queue-req: 4
 [2026-11-29 17:30:06] KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_tokens_gained: 95, #new_token_ratio: 0.6137 -> 0.9368
 [2026-11-29 17:31:18] Decode batch, #running-req: 6, #full token: 12165, full token usage: 0.19, #swa token: 1415, swa token usage: 0.78, cpu graph: False, gen throughput (token/s): 9.10, #queue-req: 11
 """
@@ -164,16 +164,17 @@ METRICS_BEFORE = """\
 # TYPE sglang:num_running_reqs gauge
 sglang:num_running_reqs{engine_type="unified",model_name="m",tp_rank="0"} 3.0
 sglang:num_retracted_requests_total{model_name="m"} 1.0
-sglang:swa_island_inserts_total{cache_type="swa",kind="chunk"} 10.0
-sglang:swa_island_inserts_total{cache_type="swa",kind="decode"} 2.0
-sglang:swa_island_freed_tokens_total{cache_type="swa"} 100.0
+sglang:swa_island_chunk_inserts{model_name="m"} 10.0
+sglang:swa_island_decode_inserts{model_name="m"} 2.0
+sglang:swa_freed_at_commit_tokens{model_name="m"} 100.0
 """
 METRICS_AFTER = """\
 sglang:num_running_reqs{engine_type="unified",model_name="m",tp_rank="0"} 16.0
 sglang:num_retracted_requests_total{model_name="m"} 4.0
-sglang:swa_island_inserts_total{cache_type="swa",kind="chunk"} 25.0
-sglang:swa_island_inserts_total{cache_type="swa",kind="decode"} 7.0
-sglang:swa_island_freed_tokens_total{cache_type="swa"} 600.0
+sglang:swa_island_chunk_inserts{model_name="m"} 25.0
+sglang:swa_island_decode_inserts{model_name="m"} 7.0
+sglang:swa_freed_at_commit_tokens{model_name="m"} 600.0
+sglang:swa_reclaimed_cold_tokens{model_name="m"} 80.0
 sglang:evicted_tokens_total{cache_type="swa"} 50.0
 """
 
@@ -181,11 +182,12 @@ sglang:evicted_tokens_total{cache_type="swa"} 50.0
 def test_metrics_parsing_and_deltas():
     before, after = admission.parse_metrics(METRICS_BEFORE), admission.parse_metrics(METRICS_AFTER)
     assert admission.metric(after, "num_running_reqs") == 16.0
-    assert admission.metric(after, "swa_island_inserts_total") == 32.0
-    assert admission.metric(after, "swa_island_inserts_total", 'kind="decode"') == 7.0
+    assert admission.metric(after, "swa_island_chunk_inserts") == 25.0
+    assert admission.metric(after, "num_running_reqs", 'engine_type="unified"') == 16.0
     d = admission.counter_deltas(before, after)
     assert d["retractions"] == 3 and d["chunk_islands"] == 15 and d["decode_islands"] == 5
     assert d["island_freed_tokens"] == 500 and d["evicted_tokens"] == 50  # absent before: 0
+    assert d["island_reclaimed_cold_tokens"] == 80 and d["island_reclaimed_window_tokens"] == 0
 
 
 def test_time_weighted_mean():

@@ -18,17 +18,17 @@ import decode_reuse  # noqa: E402
 RESULT_JSON = _ROOT / "benchmarks" / "results" / "decode_reuse.json"
 RESULT_MD = _ROOT / "benchmarks" / "results" / "decode_reuse.md"
 
-# Line formats of sglang 0.5.15.post1 with patch 0006 (islands fragment on the decode line).
+# Line formats of sglang 0.5.15.post1 with the metrics patch (hold fragment on the decode line).
 LOG = """\
 [2026-11-29 17:52:15] Prefill batch, #new-seq: 1, #new-token: 512, #cached-token: 0, full token usage: 0.01, swa token usage: 0.03, #running-req: 0, #queue-req: 0, #pending-token: 0, cpu graph: False, input throughput (token/s): 1.50
 [2026-11-29 17:52:16] Prefill batch, #new-seq: 1, #new-token: 28, #cached-token: 2256, full token usage: 0.04, swa token usage: 0.01, #running-req: 1, #queue-req: 0, #pending-token: 0, cpu graph: False, input throughput (token/s): 1.50
-[2026-11-29 17:52:17] Decode batch, #running-req: 1, #full token: 1002, full token usage: 0.02, #swa token: 36, swa token usage: 0.00, swa held/req: 36 (max 36), islands: 2 chunk + 0 decode, swa freed eagerly: 966, #tombstone token: 966, cpu graph: False, gen throughput (token/s): 0.45, #queue-req: 0
-[2026-11-29 17:52:18] Decode batch, #running-req: 2, #full token: 2400, full token usage: 0.04, #swa token: 612, swa token usage: 0.04, swa held/req: 36 (max 36), islands: 4 chunk + 3 decode, swa freed eagerly: 966, #tombstone token: 966, cpu graph: False, gen throughput (token/s): 0.45, #queue-req: 0
+[2026-11-29 17:52:17] Decode batch, #running-req: 1, #full token: 1002, full token usage: 0.02, #swa token: 36, swa token usage: 0.00, swa held/req: 36 (max 36), islands: 2 chunk + 0 decode, swa reclaimed: 966 at commit + 0 cold + 0 window, #tombstone token: 966, cpu graph: False, gen throughput (token/s): 0.45, #queue-req: 0
+[2026-11-29 17:52:18] Decode batch, #running-req: 2, #full token: 2400, full token usage: 0.04, #swa token: 612, swa token usage: 0.04, swa held/req: 36 (max 36), islands: 4 chunk + 3 decode, swa reclaimed: 966 at commit + 0 cold + 0 window, #tombstone token: 966, cpu graph: False, gen throughput (token/s): 0.45, #queue-req: 0
 """
 METRICS = """\
-# HELP sglang:swa_island_inserts_total SWA islands inserted into the radix tree, by kind (chunk, decode).
-sglang:swa_island_inserts_total{cache_type="SWAIslandRadixCache",kind="chunk"} 5.0
-sglang:swa_island_inserts_total{cache_type="SWAIslandRadixCache",kind="decode"} 4.0
+# HELP sglang:swa_island_chunk_inserts Prefix inserts at chunk commits whose SWA lock covers one window (total).
+sglang:swa_island_chunk_inserts{model_name="m"} 5.0
+sglang:swa_island_decode_inserts{model_name="m"} 4.0
 """
 
 

@@ -4,7 +4,7 @@ Servers (all on the tiny hybrid-SWA model, window 32 -> w = 33 as the cache coun
 chunked prefill 128 so most prompts take several chunks, --enable-metrics, --decode-log-interval 1,
 --enable-cache-report, --sleep-on-idle, the same environment):
 
-- ``on``: ``--enable-swa-islands --swa-islands-decode-interval 32``, a generous 20000-token pool;
+- ``on``: ``--enable-swa-islands --swa-islands-decode-interval 32 --swa-islands-reclaim eager``, a generous 20000-token pool;
 - ``off``: the same arguments without the island flags. It only computes reference outputs: every
   comparison is cold vs cold (``/flush_cache`` before each reference request, distinct prompts or a
   flush on the islands server too);
@@ -82,7 +82,9 @@ COMMON_ARGS = [
     # two cores the busy one needs. It polls its sockets with a 1 s timeout instead.
     "--sleep-on-idle",
 ]
-ISLAND_ARGS = ["--enable-swa-islands", "--swa-islands-decode-interval", str(DECODE_INTERVAL)]
+# eager reclaim: the SWA below every island is freed at the insert, so the counts below are exact
+ISLAND_ARGS = ["--enable-swa-islands", "--swa-islands-decode-interval", str(DECODE_INTERVAL),
+               "--swa-islands-reclaim", "eager"]
 BIG_POOL = ["--max-total-tokens", "20000"]
 RETRACT_POOL = 250
 SERVER_ENV = {"SGLANG_REQUEST_STATE_WAIT_TIMEOUT": "1"}
@@ -98,17 +100,17 @@ POOL_GAUGES = (
     "sglang:kv_available_tokens", "sglang:kv_evictable_tokens", "sglang:kv_used_tokens",
     "sglang:swa_available_tokens", "sglang:swa_evictable_tokens", "sglang:swa_used_tokens",
 )
-ISLAND_CHUNK = ("sglang:swa_island_inserts_total", {"kind": "chunk"})
-ISLAND_DECODE = ("sglang:swa_island_inserts_total", {"kind": "decode"})
-ISLAND_FREED = ("sglang:swa_island_freed_tokens_total", {})
+ISLAND_CHUNK = ("sglang:swa_island_chunk_inserts", {})
+ISLAND_DECODE = ("sglang:swa_island_decode_inserts", {})
+ISLAND_FREED = ("sglang:swa_freed_at_commit_tokens", {})
 TOMBSTONES = ("sglang:swa_tombstone_tokens", {})
-HELD_MAX = ("sglang:swa_held_tokens_per_running_req", {"stat": "max"})
+HELD_MAX = ("sglang:swa_held_tokens_per_req_max", {})
 ABORTED = ("sglang:num_aborted_requests_total", {})
 RETRACTED = ("sglang:num_retracted_requests_total", {})
 
 DECODE_FRAGMENT = re.compile(
     r"swa held/req: (\d+) \(max (\d+)\), islands: (\d+) chunk \+ (\d+) decode, "
-    r"swa freed eagerly: (\d+), #tombstone token: (\d+)")
+    r"swa reclaimed: (\d+) at commit \+ \d+ cold \+ \d+ window, #tombstone token: (\d+)")
 CHUNK_128_LINE = re.compile(rf"Prefill batch, #new-seq: \d+, #new-token: {CHUNK},")
 
 REPORT: dict[str, Any] = {}

@@ -43,10 +43,10 @@ Knobs (environment of the server process):
 
 The server's own invariant checks would also notice (``available + evictable + protected`` no
 longer equals the pool size), so the gate's control run turns them off: the control is meant to
-show that the *output comparison* catches a wrong frontier. The island free
-(``free_live_swa_pages``) frees only pages it knows are live and has no filter, so the shim wraps
-it to drop the pages the shim already freed; otherwise the later island free of the same node
-would free them twice. A line starting with
+show that the *output comparison* catches a wrong frontier. The island cache frees a node's SWA
+(``_free_node_swa``, through the allocator's ``free_swa_pages``) only for pages it knows are live
+and has no filter, so the shim replaces that step with one that drops the pages the shim already
+freed; otherwise the later free of the same node would free them twice. A line starting with
 ``[wrong_frontier shim]`` in the server log confirms the shim is installed and counts its frees.
 """
 
@@ -122,21 +122,22 @@ def install(module) -> None:
             _free_past_frontier(self, req, frontier, committed, "decode")
         return out
 
-    real_free_live = module.free_live_swa_pages
-
-    def free_live_swa_pages(allocator, page_starts, check=False):
-        # The island path frees only pages it knows are live; the shim freed some of them behind
-        # its back (tree and request state unchanged), so drop those here: without this the later
-        # island free of the same node would free them again (a double free that the
-        # SGLANG_DEBUG_MEMORY_POOL check turns into a crash) instead of the gate seeing outputs.
+    def _free_node_swa(self, x):
+        # The island cache frees a node's SWA only as the node turns into a tombstone, and
+        # without a filter; the shim freed some of those pages behind its back (tree and request
+        # state unchanged), so drop them here: without this the later free of the same node
+        # would free them again (a double free that the SGLANG_DEBUG_MEMORY_POOL check turns
+        # into a crash) instead of the gate seeing outputs.
         import torch
 
-        live = allocator.full_to_swa_index_mapping[page_starts] > 0
+        allocator = self.token_to_kv_pool_allocator
+        starts = x.value[:: self.page_size]
+        live = allocator.full_to_swa_index_mapping[starts] > 0
         if not bool(torch.all(live)):
-            page_starts = page_starts[live]
-        return real_free_live(allocator, page_starts, check=check)
+            starts = starts[live]
+        allocator.free_swa_pages(starts)
 
-    module.free_live_swa_pages = free_live_swa_pages
+    cls._free_node_swa = _free_node_swa
     cls.cache_unfinished_req = cache_unfinished_req
     cls.insert_decode_island = insert_decode_island
     cls._wrong_frontier_installed = True

@@ -172,53 +172,25 @@ def ratio_for_swa_pool(need: int, full_tokens: int, page: int) -> float:
     return 1.0
 
 
-def _flag_conflict(server_args: ServerArgs) -> Optional[str]:
-    from sglang.srt.environ import envs
-
-    if server_args.disable_radix_cache:
-        return "--disable-radix-cache builds a chunk cache, which has no radix tree to hold islands"
-    if server_args.enable_hierarchical_cache:
-        return (
-            "--enable-hierarchical-cache builds UnifiedRadixCache for hybrid models, "
-            "which has no island path"
-        )
-    if server_args.radix_cache_backend:
-        return (
-            f"--radix-cache-backend={server_args.radix_cache_backend!r} replaces the default "
-            "cache chain; islands exist only in the default SWARadixCache"
-        )
-    if server_args.enable_streaming_session:
-        return (
-            "--enable-streaming-session wraps the tree cache in StreamingSession, "
-            "which has no island path"
-        )
-    if envs.SGLANG_ENABLE_UNIFIED_RADIX_TREE.get():
-        return "SGLANG_ENABLE_UNIFIED_RADIX_TREE=1 builds UnifiedRadixCache, which has no island path"
-    if envs.SGLANG_EXPERIMENTAL_CPP_RADIX_TREE.get():
-        return "SGLANG_EXPERIMENTAL_CPP_RADIX_TREE=1 builds the C++ radix tree, which has no island path"
-    if server_args.disable_hybrid_swa_memory:
-        return "--disable-hybrid-swa-memory keeps one pool for all layers; there is no SWA pool to free"
-    return None
-
-
-def validate_swa_islands_args(server_args: ServerArgs) -> None:
-    """In ``ServerArgs``: reject ``enable_swa_islands`` with flags that never build ``SWARadixCache``."""
-    if not server_args.enable_swa_islands:
-        return
-    reason = _flag_conflict(server_args)
-    if reason is not None:
-        raise ValueError(f"{FLAG} cannot be used here: {reason}. Drop one of the two.")
-
-
 def check_swa_islands_cache(cache: BasePrefixCache, is_hybrid_swa: bool) -> None:
     """In ``create_tree_cache``: the cache built must be exactly ``SWAIslandRadixCache``.
 
     Also covers what only the model decides: not hybrid SWA, all layers SWA, hybrid SWA memory
     disabled by a model override.
     """
+    from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
     from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandRadixCache
 
     if type(cache) is SWAIslandRadixCache:
+        allocator = type(cache.token_to_kv_pool_allocator)
+        if allocator is not SWATokenToKVPoolAllocator:
+            # free_swa_pages reads full_to_swa_index_mapping, which e.g. the unified-memory
+            # allocator does not keep
+            raise ValueError(
+                f"{FLAG} cannot be used here: the SWA allocator is {allocator.__name__}, and "
+                "islands need SWATokenToKVPoolAllocator (drop --enable-unified-memory or "
+                f"{FLAG})."
+            )
         return
     if not is_hybrid_swa:
         reason = (
