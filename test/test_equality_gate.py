@@ -57,7 +57,8 @@ def test_quick_gate_passes(quick_gate):
     assert rc == 0, f"equality gate failed (exit {rc}); tail:\n{out[-3000:]}"
     assert "EQUALITY GATE: PASS" in out
     page = summary["pages"]["1"]
-    for cls in ("cold", "reserve", "extension", "concurrent", "multiturn"):
+    for cls in ("cold", "reserve", "extension", "concurrent", "multiturn", "junction",
+                "junction_pressure"):
         c = page["per_class"][cls]
         assert c["identical"] == c["n"] > 0, (cls, c)
     # The evidence lines the gate requires, as numbers: a decode-island hit beyond the prompt.
@@ -68,6 +69,10 @@ def test_quick_gate_passes(quick_gate):
     ic = page["island_counters"]
     assert ic is not None, "the islands boot exposed no sglang:swa_island_*_inserts"
     assert ic.get("chunk", 0) > 0 and ic.get("decode", 0) >= 4, ic
+    # junctions: the probes hit the whole shared 700-token prefix in the islands boot, the one
+    # after pressure too (upstream's LRU may have lost it; islands reclaim the junction last)
+    assert cached_on["j_probe"] >= 700 and cached_off["j_probe"] >= 700, (cached_on, cached_off)
+    assert cached_on["jp_probe"] >= 700, (cached_on, cached_off)
 
 
 @pytest.mark.server
@@ -141,6 +146,17 @@ def test_workload_shape(quick):
                 assert p.parent == base.name and p.take + 8 == p.trigger < base.n
                 assert p.take >= 2 * 64 and p.take % 64 == 16
     assert any(st.kind == "conc" for st in steps)
+    # junctions: j_branch and j_probe share exactly 700 tokens with j_base; the pressure fill's
+    # prompts exceed the gate's SWA pool (ratio 0.5 of 32768) before jp_probe comes
+    base = by_name["j_base"].ids
+    for name in ("j_branch", "j_probe", "jp_probe"):
+        other = by_name[name].ids
+        shared = next(i for i in range(len(base)) if base[i] != other[i])
+        assert shared == 700, (name, shared)
+    fill = [r for r in reqs if r.name.startswith("jp_fill")]
+    assert sum(len(r.ids) for r in fill) > 16384 and by_name["jp_probe"].expect == "hit_on"
+    names = [r.name for r in reqs]
+    assert max(names.index(r.name) for r in fill) < names.index("jp_probe")
     assert g.workload_hash(steps) == g.workload_hash(g.build_workload(683, quick, 64))
 
 
