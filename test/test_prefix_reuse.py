@@ -175,6 +175,33 @@ def test_junction_windows_survive_losing_the_whole_cold_tier():
     baseline(stack)
 
 
+def test_a_finished_turn_stays_a_match_end_after_the_next_turn_extends_it():
+    """Turn 1 (600 opening + 150 message, 40 generated) finishes; turn 2 re-sends its transcript +
+    150 more and finishes too. An edit of turn 2's message (cut after 70 of its tokens) hits all
+    860 shared tokens while the cold tier is there; once it is gone, the window before turn 1's
+    finished end (position 789: the last generated token has no KV) is still live although turn 2
+    extended that node, so the edit hits 789, not just turn 1's prompt end (750)."""
+    stack = build_stack(window=32, chunk=256, full_pool=65536, swa_pool=32768, reclaim="lazy")
+    tree = stack.tree
+    rng = random.Random(12)
+    sched = MiniScheduler(stack)
+    prompt1 = random_prompt(rng, 750)
+    a = sched.submit("a", prompt1, 40)
+    sched.run(after_step=lambda: check_invariants(stack, sched.running))
+    transcript1 = list(prompt1) + list(a.output_ids)
+    msg2 = random_prompt(rng, 150)
+    serve(sched, stack, "b", transcript1 + msg2, new=40)
+    edit = transcript1 + msg2[:70] + random_prompt(rng, 100)
+    assert match_len(tree, edit) == 860
+    cold, _ = _cold_and_windows(tree)
+    tree.evict(EvictParams(num_tokens=0, swa_num_tokens=cold))
+    check_invariants(stack, [])
+    assert tree.stats.reclaimed_window == 0
+    assert match_len(tree, edit) == 789
+    assert serve(sched, stack, "c", edit) == 789
+    baseline(stack)
+
+
 def test_eager_revives_the_junction_window_from_the_diverging_request():
     """Eager: A's commits free the SWA of A's prompt below its frontiers; B = the first 700 of A's
     tokens + its own matches only up to a match end of A before 700 (the root here), computes the

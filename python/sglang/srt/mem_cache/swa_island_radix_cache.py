@@ -31,8 +31,9 @@ Units are tokens; positions are 0-based positions in one request's sequence.
   only the island, so it holds at most ``w + 2p - 1`` tree tokens plus its own unaligned tail.
 - match end: a node end where a later prefix match may stop; ``_match_prefix_helper`` needs the
   ``window_left`` tokens before it live (or a live path to the root). Kept as match ends: island
-  ends (a request's latest, and the last one of every prompt), leaves (finished transcripts) and
-  junctions (ends of nodes with two or more children, where requests diverged).
+  ends (a request's latest, and the last one of every prompt), the end of every finished
+  transcript (also once a later turn extends it), leaves, and junctions (ends of nodes with two
+  or more children, where requests diverged).
 - window tail: the tokens at the end of a live node inside the live window of a match end at or
   below it; the rest of the node, and every live SWA-unlocked node without one, is cold.
 - tombstone: a node whose SWA KV is freed while its full KV stays, so matching walks through it.
@@ -224,8 +225,20 @@ class SWAIslandRadixCache(SWARadixCache):
             self.stats.chunk_islands += 1
 
     def cache_finished_req(self, req: Req, is_insert: bool = True) -> None:
+        """Upstream's finish; the end of the inserted transcript stays a match end after a later
+        turn extends it (the point an edited or regenerated next turn branches from)."""
         self._unmark_latest(req)
+        key = None
+        if is_insert and not self.disable and req.swa_evict_floor == 0:
+            token_ids = (req.origin_input_ids + req.output_ids)[: req._cache_commit_len()]
+            key = RadixKey(token_ids, req.extra_key, is_bigram=self.is_eagle).page_aligned(
+                self.page_size
+            )
         super().cache_finished_req(req, is_insert=is_insert)
+        if key is not None:
+            node = self._node_at(key)
+            if node is not None and node is not self.root_node:
+                self._island_marks[node] = self._island_marks.get(node, 0) + 1
 
     def on_decode_progress(self, req: Req, accepted: int) -> None:
         """After a decode step (``accepted`` tokens committed): a decode island every
@@ -435,6 +448,19 @@ class SWAIslandRadixCache(SWARadixCache):
             node = node.parent
         path.reverse()
         return path
+
+    def _node_at(self, key: RadixKey) -> Optional[TreeNode]:
+        """The node whose end is exactly ``key``'s end, or None (no read-side effects)."""
+        node = self.root_node
+        while len(key) > 0:
+            child = node.children.get(key.child_key(self.page_size))
+            if child is None:
+                return None
+            matched = child.key.match(key, page_size=self.page_size)
+            if matched < len(child.key):
+                return None
+            key, node = key[matched:], child
+        return node
 
     def _live_run_start(self, req: Req) -> int:
         """Where the live run of tree nodes ending at ``req.cache_protected_len`` starts."""
