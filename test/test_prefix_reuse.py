@@ -168,11 +168,34 @@ def test_junction_windows_survive_losing_the_whole_cold_tier():
     tree.evict(EvictParams(num_tokens=0, swa_num_tokens=cold))
     assert tree.stats.reclaimed_window == 0
     live = sum(len(n.value) for n in tree_nodes(tree) if not n.swa_tombstone)
-    # per document: the junction's 32 tokens; per request two windows of 32 (they overlap)
-    assert live <= 3 * (32 + 3 * 2 * 32), live
+    # per document: the junction's 32 tokens and the window before the chunk island at 512; per
+    # request: the windows before its chunk island at 1024, its prompt end and its finished tail
+    # (they overlap, so this bounds from above)
+    assert live <= 3 * (2 * 32 + 3 * 3 * 32), live
     for d, doc in enumerate(docs):
         assert serve(sched, stack, f"new{d}", doc + random_prompt(rng, 120)) == 1000
     baseline(stack)
+
+
+def test_lazy_keeps_a_window_at_every_chunk_island_of_a_prompt():
+    """A 1200-token prompt at chunk 256 leaves chunk islands at 256, 512, 768 and 1024. Once the
+    cold tier is gone, a request diverging at 900 still hits 768 (the last chunk island before
+    the divergence) under lazy and auto; under eager (the seed's behaviour) only the prompt's end
+    is kept, so it hits nothing."""
+    def hit_after_cold_tier(reclaim):
+        stack = build_stack(window=32, chunk=256, full_pool=65536, swa_pool=32768, reclaim=reclaim)
+        rng = random.Random(13)
+        prompt = random_prompt(rng, 1200)
+        sched = MiniScheduler(stack)
+        serve(sched, stack, "a", prompt)
+        cold, _ = _cold_and_windows(stack.tree)
+        stack.tree.evict(EvictParams(num_tokens=0, swa_num_tokens=cold))
+        assert stack.tree.stats.reclaimed_window == 0
+        got = serve(sched, stack, "b", prompt[:900] + random_prompt(rng, 100))
+        baseline(stack)
+        return got
+
+    assert [hit_after_cold_tier(r) for r in ("lazy", "auto", "eager")] == [768, 768, 0]
 
 
 def test_a_finished_turn_stays_a_match_end_after_the_next_turn_extends_it():

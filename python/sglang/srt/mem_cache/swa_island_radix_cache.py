@@ -30,10 +30,12 @@ Units are tokens; positions are 0-based positions in one request's sequence.
   every ``decode_interval`` decode tokens the request's prefix is inserted and its SWA lock covers
   only the island, so it holds at most ``w + 2p - 1`` tree tokens plus its own unaligned tail.
 - match end: a node end where a later prefix match may stop; ``_match_prefix_helper`` needs the
-  ``window_left`` tokens before it live (or a live path to the root). Kept as match ends: island
-  ends (a request's latest, and the last one of every prompt), the end of every finished
-  transcript (also once a later turn extends it), leaves, and junctions (ends of nodes with two
-  or more children, where requests diverged).
+  ``window_left`` tokens before it live (or a live path to the root). Kept as match ends: the
+  last island of every prompt and, unless reclaim is ``eager``, every chunk island of a prompt
+  (a retention point every ``cp`` tokens: one window per chunk), a running request's latest
+  island, the end of every finished transcript (also once a
+  later turn extends it), leaves, and junctions (ends of nodes with two or more children, where
+  requests diverged).
 - window tail: the tokens at the end of a live node inside the live window of a match end at or
   below it; the rest of the node, and every live SWA-unlocked node without one, is cold.
 - tombstone: a node whose SWA KV is freed while its full KV stays, so matching walks through it.
@@ -218,8 +220,10 @@ class SWAIslandRadixCache(SWARadixCache):
             return super().cache_unfinished_req(req, chunked=chunked)
         frontier = self.chunk_frontier(req, chunked)
         self._commit_prefix(req, req.get_fill_ids(), swa_lock_from=frontier)
-        # the last commit of a prompt (not chunked) ends the prompt: its island stays a match end
-        self._mark_island(req, permanent=not chunked)
+        # the prompt's last island stays a match end; unless reclaim is eager (the seed's
+        # behaviour), so does every chunk island: a retention point every cp tokens, where a
+        # later request diverging inside the prompt can still end its match
+        self._mark_island(req, permanent=not chunked or self.reclaim != "eager")
         if frontier > 0:
             self._reclaim_below(req.last_node, frontier)
             self.stats.chunk_islands += 1
