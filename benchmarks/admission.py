@@ -12,7 +12,7 @@ Scaling (see ``plan_mapping``; the results file prints the numbers):
 
 * shape: window ``w`` = 32, page ``p`` = 1, chunk ``cp`` = 512, so ``cp / (w + p)`` = 15.5
   (production 16384 / 1088 = 15.1); cap ``--max-running-requests`` 16 (production 48);
-* pools: the production SWA pool at ratio ``r`` (``swa_pool_plan.solve_pool_sizes``: 9.5 KB full,
+* pools: the production SWA pool at ratio ``r`` (``islands_tools.pool_plan.solve_pool_sizes``: 9.5 KB full,
   95 KB SWA, 10.24 KB draft per token, 37 GB, p = 64) in units of cap x hold (48 x 16384) gives a
   fraction; the CPU SWA pool is that fraction x 16 x 512; the server ratio is that pool /
   ``--max-total-tokens`` (65536, large enough that the full pool never binds);
@@ -66,8 +66,6 @@ import argparse
 import concurrent.futures as cf
 import dataclasses
 import json
-import math
-import os
 import pathlib
 import random
 import re
@@ -120,7 +118,7 @@ RATIO_EQUIVALENTS = (0.32, 0.17, 0.10)
 def server_ratio_for_pool(pool: int, max_total_tokens: int) -> float:
     """The ``--swa-full-tokens-ratio`` whose SWA pool is exactly ``pool`` tokens at page 1.
 
-    SGLang computes ``floor_p(int(T * r))`` (``swa_pool_plan.swa_pool_tokens``); half a token of
+    SGLang computes ``floor_p(int(T * r))`` (``swa_island_guard.swa_pool_tokens``); half a token of
     slack keeps float rounding from landing one token short.
     """
     r = round((pool + 0.5) / max_total_tokens, 8)
@@ -622,8 +620,9 @@ def run_no_reuse(base_url: str, reqs: List[Dict[str, Any]], clients: int, timeou
 
 def run_agent(base_url: str, convs: List[Dict[str, Any]], timeout: float,
               progress: Callable[[str], None], mode: str = "after_finish",
-              run_on: int = 0) -> List[Dict[str, Any]]:
-    """The agent workload; ``mode`` as in ``WorkloadConfig.agent_mode``."""
+              run_on: int = 0, keep_ids: bool = False) -> List[Dict[str, Any]]:
+    """The agent workload; ``mode`` as in ``WorkloadConfig.agent_mode``. ``keep_ids``
+    (``after_finish`` only): each row also carries its ``input_ids`` and ``output_ids``."""
     if mode == "while_running":
         return run_agent_while_running(base_url, convs, timeout, progress, run_on)
     if mode != "after_finish":
@@ -645,6 +644,8 @@ def run_agent(base_url: str, convs: List[Dict[str, Any]], timeout: float,
                          "reusable_tokens": reusable,
                          "completion_tokens": int(mi.get("completion_tokens", len(out_ids))),
                          "cached_tokens": int(mi.get("cached_tokens", 0) or 0)})
+            if keep_ids:
+                rows[-1].update(input_ids=list(prompt), output_ids=out_ids)
             transcript = prompt + out_ids
             reusable = len(transcript)
         progress(f"agent: conversation {c['conv']} done ({len(rows)} turns)")
@@ -756,9 +757,15 @@ def server_cpu_seconds(pid: Optional[int]) -> Optional[float]:
 
 
 def run_phase(srv, name: str, cap: int, sample_interval: float,
-              body: Callable[[], List[Dict[str, Any]]]) -> Dict[str, Any]:
-    """Run one workload against a booted server: requests, log slice, /metrics deltas, samples."""
-    time.sleep(0.5)
+              body: Callable[[], List[Dict[str, Any]]], *,
+              extra: Optional[Callable[[Dict[str, Any], List[Dict[str, Any]]], Dict[str, Any]]] = None,
+              lead_s: float = 0.5, settle_s: float = 1.5) -> Dict[str, Any]:
+    """Run one workload against a booted server: requests, log slice, /metrics deltas, samples.
+
+    ``extra(parsed_log, rows)``, when given, returns more fields for the result (after the
+    ``agent`` hit rates); ``lead_s`` / ``settle_s`` are the pauses before the workload and after it
+    (for the last log lines and gauges to land)."""
+    time.sleep(lead_s)
     _, offset = _read_from(srv.log_path, 0)
     before = parse_metrics(_get_metrics_text(srv))
     sampler = Sampler(srv.base_url, sample_interval).start()
@@ -767,7 +774,7 @@ def run_phase(srv, name: str, cap: int, sample_interval: float,
     rows = body()
     t1 = time.monotonic()
     cpu1 = server_cpu_seconds(srv.pid)
-    time.sleep(1.5)  # let the last decode/log lines and gauges land
+    time.sleep(settle_s)  # let the last decode/log lines and gauges land
     sampler.stop()
     after = parse_metrics(_get_metrics_text(srv))
     text, _ = _read_from(srv.log_path, offset)
@@ -792,6 +799,8 @@ def run_phase(srv, name: str, cap: int, sample_interval: float,
                        for r in rows]
     if name == "agent":
         res.update(agent_hit_rates(rows))
+    if extra is not None:
+        res.update(extra(parsed, rows))
     return res
 
 
@@ -1095,7 +1104,7 @@ def to_markdown(result: Dict[str, Any]) -> str:
         f"`--max-running-requests {cpu['cap']}` (production {prod['cap']}); "
         f"`--max-total-tokens {cpu['max_total_tokens']:,}` so that the full pool never binds.\n")
     L.append(
-        "Each production SWA pool comes from the planner (`swa_pool_plan.solve_pool_sizes`: "
+        "Each production SWA pool comes from the planner (`islands_tools.pool_plan.solve_pool_sizes`: "
         f"{prod['full_bytes'] / 1000:g} KB full + r × {prod['swa_bytes'] / 1000:g} KB SWA + "
         f"{prod['draft_bytes'] / 1000:g} KB draft per token, budget {prod['budget_bytes'] / 1e9:g} GB, "
         f"p = {prod['page']}) and is expressed in units of cap × per-request hold without islands "

@@ -5,7 +5,7 @@
 - ``TRITON_INTERPRET=1``: the paged allocator (page size > 1) launches Triton kernels even for CPU
   tensors; the interpreter runs them. It must be set before triton is first imported.
 - ``SGLANG_DEBUG_MEMORY_POOL=1``: upstream's allocator debug checks, and every island free asserts
-  its preconditions (live, page-aligned, listed once: ``free_live_swa_pages``).
+  its preconditions (live, page-aligned, listed once: the allocator's ``free_swa_pages``).
 """
 import os
 

@@ -1,0 +1,207 @@
+"""benchmarks/prefix_reuse.py: the expected-hit oracle, the seeded workloads, the acceptance rules
+and the committed result (seconds, no server), plus one smoke run on the real server."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
+
+import prefix_reuse as pr  # noqa: E402
+
+QUICK_JSON = os.path.join(_ROOT, "benchmarks", "results", "prefix_reuse_quick.json")
+
+
+# ------------------------------------------------------------------------------- expected hits
+
+
+def test_expected_shared_is_the_longest_prefix_of_an_earlier_prompt_plus_output():
+    reqs = [
+        ([1, 2, 3, 4], [5, 6]),  # nothing earlier: 0; caches 1 2 3 4 5 (6 has no KV)
+        ([1, 2, 3, 4, 5, 6, 7], [8]),  # shares 1..5 with the first: 5
+        ([1, 2, 9], [3]),  # shares 1 2: 2
+        ([1, 2, 3, 4], []),  # all 4 shared, capped at len - 1 = 3
+        ([7, 7], [1]),  # nothing: 0
+    ]
+    assert pr.expected_shared_per_request(reqs) == [0, 5, 2, 3, 0]
+    assert pr.expected_shared_per_request(reqs, page=2) == [0, 4, 2, 2, 0]
+    assert pr.expected_shared_tokens(reqs, page=2) == 8
+
+
+def test_common_prefix_len():
+    assert pr.common_prefix_len([1, 2, 3], [1, 2, 4]) == 2
+    assert pr.common_prefix_len([1, 2, 3], [1, 2, 3, 4]) == 3
+    assert pr.common_prefix_len([], [1]) == 0
+    assert pr.common_prefix_len([5], [6]) == 0
+
+
+# ------------------------------------------------------------------------------- workloads
+
+
+@pytest.mark.parametrize("preset", ["full", "quick", "smoke"])
+def test_workloads_are_seeded_and_fit_the_context(preset):
+    wl = pr.PRESETS[preset]
+    pr.check_workload(wl)
+    assert pr.build_scripts(wl) == pr.build_scripts(wl)
+    other = pr.build_scripts(pr.dataclasses.replace(wl, seed=wl.seed + 1))
+    assert other != pr.build_scripts(wl)
+
+
+def test_divergence_points_are_distinct_tokens():
+    s = pr.build_scripts(pr.PRESETS["quick"])
+    firsts = [u["turns"][0]["user"][0] for u in s["shared_system"]["users"]]
+    assert len(set(firsts)) == len(firsts) == 20
+    for d in s["fanout"]["docs"]:
+        qf = [q["q"][0] for q in d["questions"]]
+        assert len(set(qf)) == len(qf) == 8
+    assert len({d["doc"][0] for d in s["fanout"]["docs"]}) == 3
+    for c in s["branch_edit"]["convs"]:
+        for e in c["edits"]:  # the edited message differs from the old one at the cut
+            old = c["turns"][e["turn"] - 1]["user"]
+            assert e["user"][0] != old[e["keep"]]
+    assert len({c["system"][0] for c in s["agents"]}) == len(s["agents"]) == 20
+
+
+def test_plan_counts_the_hits_a_cache_that_forgets_nothing_could_make():
+    wl = pr.PRESETS["smoke"]
+    plan = pr.plan_classes(wl)
+    assert plan["no_reuse"]["expected_shared_tokens"] == 0
+    # fanout smoke: 2 documents of 600 tokens x 3 questions: the 2nd and 3rd question of each
+    # document share the document (the fake outputs match nothing)
+    assert plan["fanout"]["requests"] == 6
+    assert plan["fanout"]["expected_shared_tokens"] == 2 * 2 * 600
+    # shared_system smoke: 3 users x 2 turns behind a 600-token system prompt; users 1 and 2 share
+    # the system prompt in turn 1, every user's turn 2 shares its own whole first transcript
+    # (prompt + output - 1)
+    s = pr.build_shared_system(wl)
+    own = sum(600 + len(u["turns"][0]["user"]) + u["turns"][0]["max_new_tokens"] - 1
+              for u in s["users"])
+    assert plan["shared_system"]["requests"] == 6
+    assert plan["shared_system"]["expected_shared_tokens"] == 2 * 600 + own
+    # branch_edit: every edit shares the transcript up to its cut
+    b = pr.build_branch_edit(wl)
+    assert plan["branch_edit"]["requests"] == sum(len(c["turns"]) + len(c["edits"]) for c in b["convs"])
+
+
+# ------------------------------------------------------------------------------- acceptance
+
+
+def _rec(cached, requests=10, queued=None, retractions=0, mean=8.0):
+    return {"cached_tokens": cached, "requests": requests, "mean_running_queued": queued,
+            "retractions": retractions, "mean_running": mean, "max_running": 16,
+            "expected_shared_tokens": 1000}
+
+
+def _by(checks, pool, crit_prefix):
+    return [c for c in checks if c["pool"] == pool and c["criterion"].startswith(crit_prefix)]
+
+
+def test_acceptance_at_the_ample_pool_allows_one_page_per_request():
+    arms = {"upstream": {"ample": {"fanout": _rec(1000)}},
+            "islands": {"ample": {"fanout": _rec(990, requests=10)}}}
+    [c] = pr.acceptance(arms, cap=16, page=1, pools=["ample"], classes=["fanout"])
+    assert c["pass"] is True  # 990 >= 1000 - 10
+    arms["islands"]["ample"]["fanout"] = _rec(989, requests=10)
+    [c] = pr.acceptance(arms, cap=16, page=1, pools=["ample"], classes=["fanout"])
+    assert c["pass"] is False
+
+
+def test_acceptance_at_a_lean_pool_takes_the_better_upstream_arm_and_the_cap():
+    arms = {"upstream": {"0.17-eq": {"fanout": _rec(500, queued=9.0)}},
+            "upstream_knobs": {"0.17-eq": {"fanout": _rec(800, queued=10.0)}},
+            "islands": {"0.17-eq": {"fanout": _rec(799, queued=15.5)}}}
+    checks = pr.acceptance(arms, cap=16, page=1, pools=["0.17-eq"], classes=["fanout"])
+    [hits] = _by(checks, "0.17-eq", "cached")
+    [cap] = _by(checks, "0.17-eq", "where upstream binds")
+    assert hits["pass"] is False and hits["reference"] == 800
+    assert cap["pass"] is True  # 15.5 >= cap - 1, no retraction
+    arms["islands"]["0.17-eq"]["fanout"] = _rec(800, queued=14.9)
+    checks = pr.acceptance(arms, cap=16, page=1, pools=["0.17-eq"], classes=["fanout"])
+    assert [c["pass"] for c in checks] == [True, False]
+    arms["islands"]["0.17-eq"]["fanout"] = _rec(800, queued=None, retractions=1)
+    checks = pr.acceptance(arms, cap=16, page=1, pools=["0.17-eq"], classes=["fanout"])
+    assert [c["pass"] for c in checks] == [True, False]
+    # upstream does not bind: the cap check is n/a
+    arms["upstream"]["0.17-eq"]["fanout"] = _rec(500, queued=15.0)
+    checks = pr.acceptance(arms, cap=16, page=1, pools=["0.17-eq"], classes=["fanout"])
+    assert checks[1]["pass"] is None
+
+
+def test_schema_rejects_bad_results():
+    good = {"cap": 16, "page": 1, "arms": {"upstream": {"ample": {"fanout": {
+        k: 0 for k in pr.CLASS_KEYS} | {"max_swa_held_per_running_req": None}}}}}
+    pr.validate_result(good)
+    for bad in ({**good, "cap": 0}, {**good, "arms": {}},
+                {**good, "arms": {"nope": {}}},
+                {**good, "arms": {"upstream": {"0.5": {}}}},
+                {**good, "arms": {"upstream": {"ample": {"fanout": {"requests": 1}}}}},
+                {**good, "arms": {"upstream": {"ample": {"fanout": {
+                    k: 1 for k in pr.CLASS_KEYS}}}}}):
+        with pytest.raises(ValueError):
+            pr.validate_result(bad)
+
+
+def test_committed_quick_result_has_the_schema_and_its_acceptance():
+    """The committed result exists, has the issue's schema, and its recorded acceptance is what
+    the rules give on its own numbers."""
+    assert os.path.exists(QUICK_JSON), "benchmarks/results/prefix_reuse_quick.json is missing"
+    with open(QUICK_JSON) as f:
+        result = json.load(f)
+    pr.validate_result(result)
+    assert set(result["arms"]) == set(pr.ARMS)
+    for arm in pr.ARMS:
+        assert set(result["arms"][arm]) == set(pr.POOLS), arm
+        for pool in pr.POOLS:
+            assert set(result["arms"][arm][pool]) == set(pr.CLASSES), (arm, pool)
+    again = pr.acceptance(result["arms"], result["cap"], result["page"])
+    assert again == result["acceptance"]
+    for c in result["acceptance"]:
+        if c["pass"] is False:  # every failure is explained in the markdown next to it
+            md = open(QUICK_JSON[:-5] + ".md").read()
+            assert "FAIL" in md
+    assert result["command"].startswith(".venv/bin/python benchmarks/prefix_reuse.py")
+
+
+def test_cli_help_and_plan_only():
+    py = sys.executable
+    h = subprocess.run([py, "benchmarks/prefix_reuse.py", "--help"], cwd=_ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert h.returncode == 0 and "--quick" in h.stdout and "islands_eager" in h.stdout
+    p = subprocess.run([py, "benchmarks/prefix_reuse.py", "--smoke", "--plan-only",
+                        "--arms", "upstream,islands", "--pools", "ample"], cwd=_ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    assert j["boots"] == 2 and set(j["classes"]) == set(pr.CLASSES)
+    bad = subprocess.run([py, "benchmarks/prefix_reuse.py", "--arms", "islands,bogus",
+                          "--plan-only"], cwd=_ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "bogus" in bad.stderr
+
+
+# ------------------------------------------------------------------------------- real server
+
+
+@pytest.mark.server
+def test_smoke_run_on_the_real_server(tmp_path):
+    """Two boots (upstream, islands) at the ample pool, the fanout and branch_edit classes: both
+    hit, islands at least as much as upstream less a page per request."""
+    out = tmp_path / "p.json"
+    r = subprocess.run([sys.executable, "benchmarks/prefix_reuse.py", "--smoke",
+                        "--arms", "upstream,islands", "--pools", "ample",
+                        "--classes", "fanout,branch_edit", "--json", str(out),
+                        "--log-dir", str(tmp_path / "logs")], cwd=_ROOT,
+                       capture_output=True, text=True, timeout=1500)
+    assert r.returncode == 0, r.stderr[-4000:]
+    res = json.loads(out.read_text())
+    pr.validate_result(res)
+    for cls in ("fanout", "branch_edit"):
+        up = res["arms"]["upstream"]["ample"][cls]
+        isl = res["arms"]["islands"]["ample"][cls]
+        assert up["cached_tokens"] > 0 and isl["cached_tokens"] > 0, cls
+        assert isl["cached_tokens"] >= up["cached_tokens"] - isl["requests"], cls
+        assert isl["max_swa_held_per_running_req"] is not None
+    assert (tmp_path / "p.md").exists() and (tmp_path / "p.png").exists()
