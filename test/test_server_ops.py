@@ -518,10 +518,12 @@ def test_island_metrics_match_a_known_workload(on, ref, fleet):
     assert d["freed"] > 0, d
     # Flushed before, no pressure eviction in a 16000-token SWA pool: every tombstoned token is
     # one an island freed eagerly. Per request, everything below the last decode island's
-    # frontier (P + 32k - (w + p), k = floor((G-2)/32) islands) is tombstoned except the prompt's
-    # last island [P - (w + p), P), kept live as its re-serve point: 330 - 34 = 296 here.
+    # frontier (P + 32k - (w + p), k = floor((G-2)/32) islands) is tombstoned except the window
+    # before the prompt's end, [P - window_left, P) with window_left = w - 1 (page 1), kept live
+    # as its re-serve point: 330 - 32 = 298 here.
     k = (G - 2) // DECODE_INTERVAL
-    per_request = P + DECODE_INTERVAL * k - 2 * (W + PAGE)
+    per_request = P + DECODE_INTERVAL * k - (W + PAGE) - (W - 1)
+    assert N * per_request == 894
     assert m1["tombstone"] == d["freed"] == N * per_request, (m1, d, N * per_request)
 
     assert lines, "no 'swa held/req ... #tombstone token' fragment on the Decode log lines"
