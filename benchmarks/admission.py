@@ -293,7 +293,12 @@ def arm_server_args(arm: Arm, mapping: Dict[str, Any], cpu: CpuShape) -> List[st
 
 
 def arm_env(arm: Arm, eviction_interval: int) -> Dict[str, str]:
-    env = dict(arm.env)
+    return with_eviction_interval(arm.env, eviction_interval)
+
+
+def with_eviction_interval(env: Dict[str, str], eviction_interval: int) -> Dict[str, str]:
+    """A copy of ``env`` plus ``SGLANG_SWA_EVICTION_INTERVAL`` (0 keeps sglang's default)."""
+    env = dict(env)
     if eviction_interval > 0:
         env["SGLANG_SWA_EVICTION_INTERVAL"] = str(eviction_interval)
     return env

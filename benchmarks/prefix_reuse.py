@@ -141,10 +141,7 @@ def server_args(arm: str, pool: Dict[str, Any], cpu: admission.CpuShape = CPU) -
 
 
 def server_env(arm: str, eviction_interval: int) -> Dict[str, str]:
-    env = dict(ARMS[arm]["env"])
-    if eviction_interval > 0:
-        env["SGLANG_SWA_EVICTION_INTERVAL"] = str(eviction_interval)
-    return env
+    return admission.with_eviction_interval(ARMS[arm]["env"], eviction_interval)
 
 
 # ----------------------------------------------------------------------------- workloads
