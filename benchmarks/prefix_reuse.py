@@ -104,8 +104,11 @@ ARMS: Dict[str, Dict[str, Any]] = {
     "upstream_knobs": {"args": (), "env": dict(admission.KNOBS_ENV)},
     "islands_eager": {"args": ("--enable-swa-islands", "--swa-islands-reclaim", "eager"), "env": {}},
     "islands": {"args": ("--enable-swa-islands",), "env": {}},
+    "islands_lazy": {"args": ("--enable-swa-islands", "--swa-islands-reclaim", "lazy"), "env": {}},
 }
-ISLAND_ARMS = ("islands_eager", "islands")
+DEFAULT_ARMS = ("upstream", "upstream_knobs", "islands_eager", "islands")
+"""The issue's four arms; ``islands_lazy`` (reclaim only on demand) runs when named in --arms."""
+ISLAND_ARMS = ("islands_eager", "islands", "islands_lazy")
 POOLS = ("ample", "0.17-eq", "0.10-eq")
 AMPLE_RATIO = 0.5
 
@@ -628,12 +631,16 @@ KEEP_ROW_KEYS = ("order", "prompt_tokens", "completion_tokens", "cached_tokens",
 
 def class_extra(parsed: Dict[str, Any], rows: List[Dict[str, Any]], page: int = CPU.page) -> Dict[str, Any]:
     """run_phase's ``extra`` hook: expected hits, running while queued, per-request SWA."""
-    exp = expected_shared_tokens(_by_order(rows), page)
+    per_exp = expected_shared_per_request(_by_order(rows), page)
     dec = parsed["decode"]
     queued = [d["run"] for d in dec if d.get("queue", 0) > 0]
     per_run = [d["swa_tok"] / d["run"] for d in dec if d["run"] > 0]
+    ordered = sorted(rows, key=lambda r: tuple(r["order"]))
     return {
-        "expected_shared_tokens": exp,
+        "expected_shared_tokens": sum(per_exp),
+        # [order, prompt tokens, cached tokens, expected shared] per request, in script order
+        "per_request": [[r["order"], r["prompt_tokens"], r["cached_tokens"], e]
+                        for r, e in zip(ordered, per_exp)],
         "mean_running_queued": round(statistics.mean(queued), 3) if queued else None,
         "queued_steps": len(queued),
         "max_swa_used_per_running": round(max(per_run), 1) if per_run else None,
@@ -724,6 +731,7 @@ def run_boot(arm: str, pool_name: str, pool: Dict[str, Any], scripts: Dict[str, 
             rec = finish_class(res, islands)
             out["classes"][cls] = rec
             out.setdefault("series", {})[cls] = res.get("series")
+            out.setdefault("per_request", {})[cls] = res.get("per_request")
             q = rec["mean_running_queued"]
             log(f"{tag} {cls}: {rec['requests']} req in {rec['wall_s']:.0f} s; cached share "
                 f"{rec['cached_share']:.3f} (expected {rec['expected_share']:.3f}); running mean "
@@ -1084,7 +1092,8 @@ def parse_args(argv=None):
         epilog=(
             "arms: upstream (stock), upstream_knobs (+ upstream's split-leaf and release-after-"
             "window env knobs), islands_eager (--enable-swa-islands --swa-islands-reclaim "
-            "eager), islands (--enable-swa-islands, reclaim auto)\n"
+            "eager), islands (--enable-swa-islands, reclaim auto); islands_lazy (--swa-islands-reclaim "
+            "lazy: reclaim only on demand) runs only when named in --arms\n"
             "pools: ample (--swa-full-tokens-ratio 0.5), 0.17-eq and 0.10-eq (the planner's "
             "production pools scaled to the CPU shape: admission.plan_mapping)\n"
             "presets: full (default, ~45 min on 2 quiet cores), --quick (< 10 min), --smoke "
@@ -1105,8 +1114,8 @@ def parse_args(argv=None):
                       help="tiny workloads (the server test's size; numbers mean nothing)")
     ap.add_argument("--classes", default=",".join(CLASSES),
                     help=f"comma list, run in this fixed order: {','.join(CLASSES)} (default all)")
-    ap.add_argument("--arms", default=",".join(ARMS),
-                    help=f"comma list of arms: {','.join(ARMS)} (default all)")
+    ap.add_argument("--arms", default=",".join(DEFAULT_ARMS),
+                    help=f"comma list of arms: {','.join(ARMS)} (default {','.join(DEFAULT_ARMS)})")
     ap.add_argument("--pools", default=",".join(POOLS),
                     help=f"comma list of pools: {','.join(POOLS)} (default all)")
     ap.add_argument("--seed", type=int, default=Workload().seed, help="workload seed")

@@ -152,8 +152,8 @@ def test_committed_quick_result_has_the_schema_and_its_acceptance():
     with open(QUICK_JSON) as f:
         result = json.load(f)
     pr.validate_result(result)
-    assert set(result["arms"]) == set(pr.ARMS)
-    for arm in pr.ARMS:
+    assert set(pr.DEFAULT_ARMS) <= set(result["arms"]) <= set(pr.ARMS)
+    for arm in result["arms"]:
         assert set(result["arms"][arm]) == set(pr.POOLS), arm
         for pool in pr.POOLS:
             assert set(result["arms"][arm][pool]) == set(pr.CLASSES), (arm, pool)
@@ -166,11 +166,29 @@ def test_committed_quick_result_has_the_schema_and_its_acceptance():
     assert result["command"].startswith(".venv/bin/python benchmarks/prefix_reuse.py")
 
 
+def test_class_extra_records_each_request_against_what_could_be_hit():
+    """Per request, in script order: [order, prompt tokens, cached tokens, expected shared];
+    the expected column sums to the class's expected shared tokens."""
+    a, b = [1, 2, 3, 4, 5, 6], [1, 2, 3, 9, 9]
+    rows = [  # sent out of script order: b's row first
+        {"order": [1, 0], "input_ids": b, "output_ids": [7], "prompt_tokens": 5, "cached_tokens": 2},
+        {"order": [0, 0], "input_ids": a, "output_ids": [8, 8], "prompt_tokens": 6,
+         "cached_tokens": 0},
+    ]
+    parsed = {"decode": [{"run": 2, "queue": 1, "swa_tok": 70}, {"run": 1, "queue": 0, "swa_tok": 30}]}
+    extra = pr.class_extra(parsed, rows, page=1)
+    assert extra["per_request"] == [[[0, 0], 6, 0, 0], [[1, 0], 5, 2, 3]]
+    assert extra["expected_shared_tokens"] == 3
+    assert extra["mean_running_queued"] == 2 and extra["queued_steps"] == 1
+    assert extra["max_swa_used_per_running"] == 35.0
+
+
 def test_cli_help_and_plan_only():
     py = sys.executable
     h = subprocess.run([py, "benchmarks/prefix_reuse.py", "--help"], cwd=_ROOT,
                        capture_output=True, text=True, timeout=120)
     assert h.returncode == 0 and "--quick" in h.stdout and "islands_eager" in h.stdout
+    assert "islands_lazy" in h.stdout
     p = subprocess.run([py, "benchmarks/prefix_reuse.py", "--smoke", "--plan-only",
                         "--arms", "upstream,islands", "--pools", "ample"], cwd=_ROOT,
                        capture_output=True, text=True, timeout=120)
