@@ -1009,7 +1009,7 @@ def to_markdown(result: Dict[str, Any]) -> str:
 
 
 COLORS = {"upstream": "#d62728", "upstream_knobs": "#ff7f0e", "islands_eager": "#17becf",
-          "islands": "#2ca02c"}
+          "islands": "#2ca02c", "islands_lazy": "#9467bd"}
 
 
 def plot(result: Dict[str, Any], png: pathlib.Path) -> None:

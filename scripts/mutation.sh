@@ -289,7 +289,14 @@ def cmd_exec(a):
         a.label, todo, start["total"], start["skipped-sample"] + start["skipped-operator"], len(done_before), a.jobs),
         flush=True)
     log = open(a.log, "ab")
-    proc = subprocess.Popen([a.cr, "exec", a.config, a.db], cwd=a.cwd, stdout=log, stderr=subprocess.STDOUT)
+    # cosmic-ray's http distributor posts each mutant with aiohttp's default 5-minute total
+    # timeout: a mutant whose tests run longer (a survivor runs the whole suite) would be recorded
+    # as abnormal while its worker still runs it, and the next mutant sent to that busy worker.
+    # Lift it; the per-mutant limit stays the config's timeout, enforced by the worker.
+    cr_main = ("import sys, aiohttp.client as c; c.DEFAULT_TIMEOUT = c.ClientTimeout(total=None, "
+               "sock_connect=30); from cosmic_ray.cli import main; sys.argv[0] = 'cosmic-ray'; sys.exit(main())")
+    proc = subprocess.Popen([sys.executable, "-c", cr_main, "exec", a.config, a.db], cwd=a.cwd, stdout=log,
+                            stderr=subprocess.STDOUT)
     t0 = last = time.time(); seen = set(done_before); beat = t0; n = 0
     tim = open(a.timings, "a")
     try:
@@ -482,7 +489,7 @@ p.add_argument("--exclude", action="append", default=[])
 p = sub.add_parser("counts"); p.set_defaults(f=cmd_counts); p.add_argument("db")
 p = sub.add_parser("sample"); p.set_defaults(f=cmd_sample); p.add_argument("db"); p.add_argument("n", type=int); p.add_argument("seed", type=int)
 p = sub.add_parser("exec"); p.set_defaults(f=cmd_exec)
-for o in ("--config", "--db", "--cwd", "--label", "--timings", "--log", "--cr"):
+for o in ("--config", "--db", "--cwd", "--label", "--timings", "--log"):
     p.add_argument(o, required=True)
 p.add_argument("--jobs", type=int, default=1)
 p = sub.add_parser("http-worker"); p.set_defaults(f=cmd_http_worker); p.add_argument("portfile")
@@ -742,7 +749,7 @@ for m in "${MODULES[@]}"; do
   fi
   set +e
   "$PY" -c "$HELPER" exec --config "$cfg" --db "$db" --cwd "$W1" --label "$stem" --jobs "$JOBS" \
-    --timings "$SESSION/$stem.timings.tsv" --log "$SESSION/$stem.exec.log" --cr "$VENV/bin/cosmic-ray" &
+    --timings "$SESSION/$stem.timings.tsv" --log "$SESSION/$stem.exec.log" &
   MON_PID=$!; wait "$MON_PID"; xrc=$?; MON_PID=""
   set -e
   [ "$xrc" -eq 0 ] || die "cosmic-ray exec failed for $m (exit $xrc; log $SESSION/$stem.exec.log)"

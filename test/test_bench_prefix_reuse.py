@@ -183,6 +183,10 @@ def test_class_extra_records_each_request_against_what_could_be_hit():
     assert extra["max_swa_used_per_running"] == 35.0
 
 
+def test_every_arm_has_a_plot_colour():
+    assert set(pr.COLORS) == set(pr.ARMS)
+
+
 def test_cli_help_and_plan_only():
     py = sys.executable
     h = subprocess.run([py, "benchmarks/prefix_reuse.py", "--help"], cwd=_ROOT,
