@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Prefix reuse under SWA-pool pressure on the real SGLang server (CPU, tiny hybrid-SWA model).
 
-The question: with SWA islands on (``--enable-swa-islands``, default reclaim ``auto``), does the
+The question: with SWA islands on (``--enable-swa-islands``, default reclaim ``lazy``), does the
 radix cache keep every prefix hit upstream keeps, across the ways real traffic shares prefixes,
 at an ample SWA pool and at the lean pools islands are meant for, and does admission still reach
 the concurrency cap there? One run boots the real ``sglang.launch_server`` once per (arm, pool)
@@ -22,8 +22,10 @@ Arms (same arguments otherwise):
   ``SGLANG_OPT_SWA_RELEASE_LEAF_LOCK_AFTER_WINDOW=1`` (``islands_harness.knobs``);
 * ``islands_eager``: ``--enable-swa-islands --swa-islands-reclaim eager`` (SWA below a new island
   freed at the commit);
-* ``islands``: ``--enable-swa-islands`` (reclaim ``auto``: lazy while one prefill chunk of SWA is
-  free, else eager).
+* ``islands``: ``--enable-swa-islands`` (reclaim ``lazy``, the default: SWA below an island stays
+  cached and evictable, cold tokens least recently used first);
+* ``islands_auto`` (only when named in ``--arms``): ``--swa-islands-reclaim auto`` (lazy while
+  one prefill chunk of SWA is free, else eager).
 
 Classes (token-id prompts from the tiny model's vocabulary; temperature 0, ``ignore_eos``, so
 every output is exactly ``max_new_tokens`` long; every divergence point is a different token, so
@@ -104,11 +106,11 @@ ARMS: Dict[str, Dict[str, Any]] = {
     "upstream_knobs": {"args": (), "env": dict(admission.KNOBS_ENV)},
     "islands_eager": {"args": ("--enable-swa-islands", "--swa-islands-reclaim", "eager"), "env": {}},
     "islands": {"args": ("--enable-swa-islands",), "env": {}},
-    "islands_lazy": {"args": ("--enable-swa-islands", "--swa-islands-reclaim", "lazy"), "env": {}},
+    "islands_auto": {"args": ("--enable-swa-islands", "--swa-islands-reclaim", "auto"), "env": {}},
 }
 DEFAULT_ARMS = ("upstream", "upstream_knobs", "islands_eager", "islands")
-"""The issue's four arms; ``islands_lazy`` (reclaim only on demand) runs when named in --arms."""
-ISLAND_ARMS = ("islands_eager", "islands", "islands_lazy")
+"""The issue's four arms; ``islands_auto`` (eager below the watermark) runs when named in --arms."""
+ISLAND_ARMS = ("islands_eager", "islands", "islands_auto")
 POOLS = ("ample", "0.17-eq", "0.10-eq")
 AMPLE_RATIO = 0.5
 
@@ -914,7 +916,9 @@ def to_markdown(result: Dict[str, Any]) -> str:
     L.append("Arms: `upstream` (stock), `upstream_knobs` (+ `SGLANG_OPT_SWA_SPLIT_LEAF_ON_INSERT=1 "
              "SGLANG_OPT_SWA_RELEASE_LEAF_LOCK_AFTER_WINDOW=1`), `islands_eager` "
              "(`--enable-swa-islands --swa-islands-reclaim eager`), `islands` "
-             "(`--enable-swa-islands`, reclaim `auto`).\n")
+             "(`--enable-swa-islands`, default reclaim `lazy`)"
+             + (", `islands_auto` (`--swa-islands-reclaim auto`)" if "islands_auto" in result.get("arms", {}) else "")
+             + ".\n")
     L.append("## Workloads\n")
     wl = result.get("workload") or {}
     plan = result.get("plan") or {}
@@ -1009,7 +1013,7 @@ def to_markdown(result: Dict[str, Any]) -> str:
 
 
 COLORS = {"upstream": "#d62728", "upstream_knobs": "#ff7f0e", "islands_eager": "#17becf",
-          "islands": "#2ca02c", "islands_lazy": "#9467bd"}
+          "islands": "#2ca02c", "islands_auto": "#9467bd"}
 
 
 def plot(result: Dict[str, Any], png: pathlib.Path) -> None:
@@ -1092,8 +1096,9 @@ def parse_args(argv=None):
         epilog=(
             "arms: upstream (stock), upstream_knobs (+ upstream's split-leaf and release-after-"
             "window env knobs), islands_eager (--enable-swa-islands --swa-islands-reclaim "
-            "eager), islands (--enable-swa-islands, reclaim auto); islands_lazy (--swa-islands-reclaim "
-            "lazy: reclaim only on demand) runs only when named in --arms\n"
+            "eager), islands (--enable-swa-islands, default reclaim lazy); islands_auto "
+            "(--swa-islands-reclaim auto: eager below one chunk of free SWA) runs only when named in "
+            "--arms\n"
             "pools: ample (--swa-full-tokens-ratio 0.5), 0.17-eq and 0.10-eq (the planner's "
             "production pools scaled to the CPU shape: admission.plan_mapping)\n"
             "presets: full (default, ~45 min on 2 quiet cores), --quick (< 10 min), --smoke "

@@ -15,8 +15,8 @@ run in one process:
   set only while that arm runs and unset for the others);
 - ``islands_eager``: ``SWAIslandRadixCache`` (``--enable-swa-islands --swa-islands-reclaim eager``):
   the SWA below each island is freed at the insert;
-- ``islands``: ``SWAIslandRadixCache`` with the default reclaim policy (``auto``; with these ample
-  pools it keeps the SWA below islands cached and evictable, like ``lazy``).
+- ``islands``: ``SWAIslandRadixCache`` with the default reclaim policy (``lazy``: the SWA below
+  islands stays cached and evictable; with these ample pools ``auto`` does the same).
 
 What is measured (SWA slots are counted in tokens; ``w`` is the window as the cache counts it,
 ``tree.sliding_window_size + 1``; ``p`` the page size):
@@ -96,7 +96,7 @@ ARMS = {
     "upstream": (False, None, {}),
     "upstream_knobs": (False, None, dict(KNOBS)),
     "islands_eager": (True, "eager", {}),
-    "islands": (True, "auto", {}),  # the default policy
+    "islands": (True, "lazy", {}),  # the default policy
 }
 ARM_ORDER = ("upstream", "upstream_knobs", "islands_eager", "islands")
 ISLAND_ARMS = tuple(a for a in ARM_ORDER if ARMS[a][0])
@@ -230,7 +230,7 @@ def run_arm(shape: Shape, arm: str, *, measure: bool = True, count_syncs: bool =
             swa_pool=swa,
             max_reqs=max(16, shape.n_requests + 1),
             islands=islands,
-            reclaim=reclaim or "auto",
+            reclaim=reclaim or "lazy",
             decode_interval=shape.decode_interval if islands else None,
             context_len=max(1 << 17, shape.prompt + shape.decode_tokens + shape.chunk),
         )
@@ -761,7 +761,7 @@ def to_markdown(result: dict) -> str:
         "totals divided by the running requests; `dead` = live, unlocked tree SWA outside every "
         "running request's window `[L - w, L)` (during decode, islands' count includes the "
         "prompt's last island, kept live on purpose as the re-serve point; with lazy reclaim it "
-        "is the cached SWA below islands, evictable: what `auto` keeps while the pool has room). "
+        "is the cached SWA below islands, evictable: what `lazy`, the default, keeps until the pool needs it). "
         "Commit CPU: "
         "`time.perf_counter` (wall) and `time.thread_time` (this thread's CPU, less sensitive "
         "to other jobs on the machine) around `tree.cache_unfinished_req` "

@@ -192,7 +192,7 @@ def test_cli_help_and_plan_only():
     h = subprocess.run([py, "benchmarks/prefix_reuse.py", "--help"], cwd=_ROOT,
                        capture_output=True, text=True, timeout=120)
     assert h.returncode == 0 and "--quick" in h.stdout and "islands_eager" in h.stdout
-    assert "islands_lazy" in h.stdout
+    assert "islands_auto" in h.stdout
     p = subprocess.run([py, "benchmarks/prefix_reuse.py", "--smoke", "--plan-only",
                         "--arms", "upstream,islands", "--pools", "ample"], cwd=_ROOT,
                        capture_output=True, text=True, timeout=120)

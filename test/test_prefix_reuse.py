@@ -261,6 +261,67 @@ def test_auto_reclaims_eagerly_only_below_the_watermark():
     assert run(1000) > 0
 
 
+def test_retention_windows_go_after_the_cold_tier_and_before_older_match_ends():
+    """A (300 tokens + 16 out) finishes, then B (1100 + 16, chunk islands at 512 and 1024:
+    retention points). Live SWA: A 315 = 268 cold + 47 window ([268, 315): the prompt end and
+    the finished end); B 1115 = 1004 cold + 2 x 32 retention windows + 47. Evicting 1272 + 40
+    takes the cold tier (1272), then B's retention windows (64, newer than A's) before A's
+    window: A still hits its whole prompt, B only past its chunk islands."""
+    stack = build_stack(window=32, chunk=512, full_pool=65536, swa_pool=8192, reclaim="lazy")
+    rng = random.Random(3)
+    a, b = random_prompt(rng, 300), random_prompt(rng, 1100)
+    sched = MiniScheduler(stack, max_running=4)
+    serve(sched, stack, "a", a, 16)
+    serve(sched, stack, "b", b, 16)
+    tree = stack.tree
+    assert tree.swa_evictable_size_ == 315 + 1115
+    tree.evict(EvictParams(num_tokens=0, swa_num_tokens=1272 + 40))
+    check_invariants(stack, [])
+    assert (tree.stats.reclaimed_cold, tree.stats.reclaimed_window) == (1272, 64)
+    assert match_len(tree, a + [1]) == 300
+    assert match_len(tree, b + [1]) == 1100
+    assert match_len(tree, b[:700] + [1]) == 0
+    assert match_len(tree, b[:1030] + [1]) == 0
+    baseline(stack)
+
+
+def test_lazy_is_the_default_of_the_flag_and_of_the_cache_params():
+    import dataclasses
+
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.swa_island_radix_cache import RECLAIM_POLICIES
+    from sglang.srt.server_args import ServerArgs
+
+    defaults = {f.name: f.default for f in dataclasses.fields(ServerArgs)}
+    params = {f.name: f.default for f in dataclasses.fields(CacheInitParams)}
+    assert defaults["swa_islands_reclaim"] == params["swa_islands_reclaim"] == "lazy"
+    assert RECLAIM_POLICIES[0] == "lazy"
+
+
+@pytest.mark.parametrize("swa_pool", [800, 1000])
+def test_a_queued_sibling_hits_what_lazy_keeps_and_auto_or_eager_free(swa_pool):
+    """A (900 tokens, chunks of 256) and B (A's first 700 tokens + 200 own) arrive together; B is
+    admitted once A's chunked prefill is done. Under lazy, A's cold SWA below its islands is the
+    most recently used and survives the evictions of A's own chunks: B hits all 700 shared tokens.
+    ``auto`` at these pools (free SWA below one chunk at A's commits) frees it at the commit and
+    keeps A's chunk islands: B hits the one at 512. ``eager`` keeps only A's prompt-end island
+    (900, past the divergence): B hits nothing."""
+    hits = {}
+    for reclaim in ("lazy", "auto", "eager"):
+        stack = build_stack(window=32, chunk=256, full_pool=65536, swa_pool=swa_pool,
+                            reclaim=reclaim)
+        rng = random.Random(5)
+        a = random_prompt(rng, 900)
+        b = a[:700] + random_prompt(rng, 200)
+        sched = MiniScheduler(stack, max_running=4)
+        ra, rb = sched.submit("a", a, 40), sched.submit("b", b, 40)
+        sched.run(after_step=lambda: check_invariants(stack, sched.running))
+        assert ra.cached_tokens == 0
+        hits[reclaim] = (rb.cached_tokens, stack.tree.stats.freed_at_commit > 0)
+        baseline(stack)
+    assert hits == {"lazy": (700, False), "auto": (512, True), "eager": (0, True)}
+
+
 @pytest.mark.parametrize("reclaim", ["eager", "lazy", "auto"])
 def test_every_policy_keeps_every_invariant_under_random_traffic(reclaim):
     """Shared prefixes cut at random points, aborts, retractions and small SWA pools, with the

@@ -31,21 +31,24 @@ Units are tokens; positions are 0-based positions in one request's sequence.
   only the island, so it holds at most ``w + 2p - 1`` tree tokens plus its own unaligned tail.
 - match end: a node end where a later prefix match may stop; ``_match_prefix_helper`` needs the
   ``window_left`` tokens before it live (or a live path to the root). Kept as match ends: the
-  last island of every prompt and, unless reclaim is ``eager``, every chunk island of a prompt
-  (a retention point every ``cp`` tokens: one window per chunk), a running request's latest
-  island, the end of every finished transcript (also once a
-  later turn extends it), leaves, and junctions (ends of nodes with two or more children, where
-  requests diverged).
+  last island of every prompt, a running request's latest island, the end of every finished
+  transcript (also once a later turn extends it), leaves, junctions (ends of nodes with two or
+  more children, where requests diverged) and, unless reclaim is ``eager``, every chunk island of
+  a prompt: a retention point every ``cp`` tokens, whose window is reclaimed after the cold tier
+  but before any other window (it serves only a request diverging inside that prompt).
 - window tail: the tokens at the end of a live node inside the live window of a match end at or
   below it; the rest of the node, and every live SWA-unlocked node without one, is cold.
 - tombstone: a node whose SWA KV is freed while its full KV stays, so matching walks through it.
 
 Reclaim of the SWA below a new island (``--swa-islands-reclaim``):
 
-- ``lazy``: none at the insert. It stays cached and evictable (admission counts it like any
-  evictable SWA); ``evict`` frees cold tokens first (nodes in least recently used order, a node
-  with a window tail split first), and windows only when no cold token is left.
-- ``eager``: the cold tokens on the request's path below ``t`` are tombstoned at the insert.
+- ``lazy`` (the default): none at the insert. It stays cached and evictable (admission counts it
+  like any evictable SWA); ``evict`` frees cold tokens first (nodes in least recently used order,
+  a node with a window tail split first), then retention windows the same way, and other windows
+  only when neither is left (upstream's LRU order).
+- ``eager``: the cold tokens on the request's path below ``t`` are tombstoned at the insert. They
+  are the most recently used cold tokens, the ones a sibling request queued behind this one (an
+  edit of the same conversation, the next question on the same document) would hit.
 - ``auto``: eager while the free SWA pool is below :func:`reclaim_watermark`, else lazy.
 
 A diverging request's insert revives tombstoned nodes of the shared path from its own KV
@@ -79,7 +82,8 @@ from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache, TreeNode
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
 
-RECLAIM_POLICIES = ("auto", "eager", "lazy")
+RECLAIM_POLICIES = ("lazy", "eager", "auto")
+"""``--swa-islands-reclaim`` choices; the first is the default (``ServerArgs``, ``CacheInitParams``)."""
 
 DEFAULT_DECODE_ISLAND_INTERVAL = 2048
 """Decode tokens between decode islands when chunked prefill is off (``cp/4`` of 8192)."""
@@ -197,6 +201,9 @@ class SWAIslandRadixCache(SWARadixCache):
         self._island_marks: "weakref.WeakKeyDictionary[TreeNode, int]" = (
             weakref.WeakKeyDictionary()
         )
+        # chunk islands kept as retention points (lazy/auto): match ends whose windows go after
+        # the cold tier but before every other window
+        self._retention_marks: "weakref.WeakSet[TreeNode]" = weakref.WeakSet()
         self._latest_island: Dict[str, TreeNode] = {}
 
     # ---- inserts ------------------------------------------------------------------------------
@@ -221,9 +228,11 @@ class SWAIslandRadixCache(SWARadixCache):
         frontier = self.chunk_frontier(req, chunked)
         self._commit_prefix(req, req.get_fill_ids(), swa_lock_from=frontier)
         # the prompt's last island stays a match end; unless reclaim is eager (the seed's
-        # behaviour), so does every chunk island: a retention point every cp tokens, where a
-        # later request diverging inside the prompt can still end its match
-        self._mark_island(req, permanent=not chunked or self.reclaim != "eager")
+        # behaviour), every chunk island stays one too, as a retention point every cp tokens
+        # where a later request diverging inside the prompt can still end its match
+        self._mark_island(req, permanent=not chunked)
+        if chunked and self.reclaim != "eager" and req.last_node is not self.root_node:
+            self._retention_marks.add(req.last_node)
         if frontier > 0:
             self._reclaim_below(req.last_node, frontier)
             self.stats.chunk_islands += 1
@@ -319,16 +328,17 @@ class SWAIslandRadixCache(SWARadixCache):
         else:
             self._island_marks.pop(node, None)
 
-    def _is_match_end(self, node: TreeNode) -> bool:
+    def _is_match_end(self, node: TreeNode, retention: bool = True) -> bool:
         return (
             len(node.children) != 1
             or node.swa_lock_ref > 0
             or self._island_marks.get(node, 0) > 0
+            or (retention and node in self._retention_marks)
         )
 
-    def _window_tail(self, x: TreeNode) -> int:
+    def _window_tail(self, x: TreeNode, retention: bool = True) -> int:
         """Tokens at the end of live ``x`` that lie in the live window of a match end at or below
-        it (0: ``x`` is cold).
+        it (0: ``x`` is cold); ``retention=False`` ignores retention points (chunk islands).
 
         A match end ``d`` tokens below ``x``'s end needs the ``window_left`` tokens before it
         live, the last ``window_left - d`` of them in ``x``. Looks at most ``window_left`` tokens
@@ -346,7 +356,7 @@ class SWAIslandRadixCache(SWARadixCache):
         stack = [(x, 0)]
         while stack:
             n, below = stack.pop()
-            if self._is_match_end(n) and (to_root or run + below >= window):
+            if self._is_match_end(n, retention) and (to_root or run + below >= window):
                 tail = max(tail, min(len(x.value), window - below))
             for child in n.children.values():
                 d = below + len(child.value)
@@ -354,10 +364,10 @@ class SWAIslandRadixCache(SWARadixCache):
                     stack.append((child, d))
         return tail
 
-    def _cold_head(self, x: TreeNode) -> Optional[TreeNode]:
+    def _cold_head(self, x: TreeNode, retention: bool = True) -> Optional[TreeNode]:
         """The part of live ``x`` outside every match-end window, as a node of its own (``x``
         is split if only its head is cold), or None if no whole page of ``x`` is cold."""
-        tail = self._window_tail(x)
+        tail = self._window_tail(x, retention)
         if tail == 0:
             return x
         tail = -(-tail // self.page_size) * self.page_size
@@ -395,18 +405,25 @@ class SWAIslandRadixCache(SWARadixCache):
                 self.stats.freed_at_commit += len(head.value)
 
     def _evict_swa(self, swa_num_tokens: int):
-        """Cold tokens first (nodes in LRU order), then everything else in upstream's LRU order."""
+        """Cold tokens first, then the windows of retention points (chunk islands), each in
+        least recently used order of nodes; then everything else in upstream's LRU order."""
         full_evicted = swa_evicted = 0
-        x = self.swa_lru_list.get_lru_no_lock()
-        while swa_evicted < swa_num_tokens and self.swa_lru_list.in_list(x):
-            x_next = self.swa_lru_list.get_prev_no_lock(x)
-            head = self._cold_head(x)
-            if head is not None:
-                full, swa = self._evict_swa_node(head)
-                full_evicted += full
-                swa_evicted += swa
-                self.stats.reclaimed_cold += swa
-            x = x_next
+        for retention in (True, False):
+            if retention is False and not self._retention_marks:
+                break
+            x = self.swa_lru_list.get_lru_no_lock()
+            while swa_evicted < swa_num_tokens and self.swa_lru_list.in_list(x):
+                x_next = self.swa_lru_list.get_prev_no_lock(x)
+                head = self._cold_head(x, retention)
+                if head is not None:
+                    full, swa = self._evict_swa_node(head)
+                    full_evicted += full
+                    swa_evicted += swa
+                    if retention:
+                        self.stats.reclaimed_cold += swa
+                    else:
+                        self.stats.reclaimed_window += swa
+                x = x_next
         if swa_evicted < swa_num_tokens:
             full, swa = super()._evict_swa(swa_num_tokens - swa_evicted)
             full_evicted += full
