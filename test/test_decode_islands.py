@@ -226,3 +226,26 @@ def test_decode_island_needs_a_live_window_after_upstreams_evictor(window, page)
         sched.run(after_step=lambda: check_invariants(stack, sched.running))
         assert stack.tree.stats.decode_islands >= 3 * 4
         baseline(stack)
+
+
+@pytest.mark.parametrize("reclaim", ["eager", "lazy"])
+def test_an_interval_shorter_than_the_window_fires_every_interval(reclaim):
+    """Decode interval 8 < window 32: each decode island starts where the live run before the
+    previous island starts (the previous island and its window), so it holds a window and fires
+    every 8 committed tokens: 100 (prompt), 108, ..., 156, seven decode islands before the 64th
+    token finishes the request."""
+    stack = build_stack(window=32, chunk=256, decode_interval=8, reclaim=reclaim)
+    rng = random.Random(2)
+    sched = MiniScheduler(stack)
+    req = sched.submit("a", random_prompt(rng, 100), 64)
+    ends = []
+
+    def on_event(label, rs):
+        if label == "decode" and req in rs and (not ends or ends[-1] != req.cache_protected_len):
+            ends.append(req.cache_protected_len)
+
+    sched.on_event = on_event
+    sched.run(after_step=lambda: check_invariants(stack, sched.running))
+    assert ends == [100, 108, 116, 124, 132, 140, 148, 156]
+    assert stack.tree.stats.decode_islands == 7
+    baseline(stack)

@@ -63,6 +63,7 @@ def test_interval_is_a_quarter_chunk_with_a_documented_default():
     assert decode_island_interval(-1) == DEFAULT_DECODE_ISLAND_INTERVAL
     assert decode_island_interval(512, override=40) == 40
     assert decode_island_interval(2) == 1
+    assert decode_island_interval(1) == 1  # a one-token chunk is chunked prefill, not "off"
 
 
 def _fire_points(steps, interval, start=0):
