@@ -1,0 +1,94 @@
+"""benchmarks/prefix_reuse_sim.py: prefix_reuse's workloads replayed in the scheduler glue on the
+real SGLang classes, deterministic per (arm, pool, class, seed)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
+
+import prefix_reuse as pr  # noqa: E402
+import prefix_reuse_sim as sim  # noqa: E402
+
+SIM_JSON = os.path.join(_ROOT, "benchmarks", "results", "prefix_reuse_sim.json")
+
+
+def _run(arm, pool, cls, seed=0):
+    import dataclasses
+
+    wl = dataclasses.replace(pr.PRESETS["smoke"], seed=seed)
+    script = pr.build_scripts(wl, [cls])[cls]
+    return sim.run_one(arm, pr.pool_table()[pool]["swa_pool"], cls, script, 34)
+
+
+def test_ample_pool_islands_hit_everything_upstream_hits():
+    """At the ample pool nothing is evicted: both arms hit every shared token (expected)."""
+    for cls in ("shared_system", "branch_edit"):
+        up, isl = _run("upstream", "ample", cls), _run("islands", "ample", cls)
+        assert up["cached_tokens"] == isl["cached_tokens"] == isl["expected_shared_tokens"] > 0, cls
+        assert up["requests"] == isl["requests"] > 1
+
+
+def test_lean_pool_lazy_keeps_the_fanout_hits_eager_frees():
+    """0.10-eq pool (1,318 SWA tokens), smoke fanout (2 documents x 3 questions): the default
+    (lazy) hits all 2,400 shared tokens; eager, which frees the SWA below each island at the
+    commit, keeps only the islands and hits 973. Deterministic: the same numbers twice."""
+    lazy = _run("islands", "0.10-eq", "fanout")
+    eager = _run("islands_eager", "0.10-eq", "fanout")
+    assert (lazy["cached_tokens"], lazy["expected_shared_tokens"]) == (2400, 2400)
+    assert eager["cached_tokens"] == 973
+    assert _run("islands_eager", "0.10-eq", "fanout") == eager
+
+
+def test_clients_replay_the_server_benchmark_order():
+    """branch_edit: a conversation's turns in sequence, then its edits as one group."""
+    import dataclasses
+
+    wl = dataclasses.replace(pr.PRESETS["smoke"], seed=0)
+    script = pr.build_scripts(wl, ["branch_edit"])["branch_edit"]
+    conv = script["convs"][0]
+    client = sim._branch_conv(conv)
+    first = next(client)
+    assert [s[2] for s in first] == [(0, 0, 0)]
+    groups = [first]
+    try:
+        while True:
+            groups.append(client.send([[7] * s[1] for s in groups[-1]]))
+    except StopIteration:
+        pass
+    assert [len(g) for g in groups] == [1] * len(conv["turns"]) + [len(conv["edits"])]
+    assert [s[2] for s in groups[-1]] == [(1, 0, i) for i in range(len(conv["edits"]))]
+
+
+def test_summary_counts_seeds_where_islands_is_at_least_as_good():
+    rec = lambda xs: {"cached_tokens": xs}  # noqa: E731
+    result = {"pools": ["0.17-eq"], "classes": ["fanout"], "arms": {
+        "upstream": {"0.17-eq": {"fanout": rec([5, 9, 1])}},
+        "upstream_knobs": {"0.17-eq": {"fanout": rec([6, 2, 2])}},
+        "islands": {"0.17-eq": {"fanout": rec([6, 8, 3])}},
+    }}
+    assert sim.summarize(result) == [{
+        "pool": "0.17-eq", "class": "fanout", "islands": 17, "best_upstream_arm": "upstream",
+        "best_upstream": 15, "seeds_at_least_as_good": 2, "seeds": 3}]
+
+
+def test_committed_result_matches_its_summary():
+    assert os.path.exists(SIM_JSON), "benchmarks/results/prefix_reuse_sim.json is missing"
+    with open(SIM_JSON) as f:
+        result = json.load(f)
+    assert set(result["arms"]) == set(sim.SIM_ARMS)
+    assert sim.summarize(result) == result["summary"]
+    assert result["command"].startswith(".venv/bin/python benchmarks/prefix_reuse_sim.py")
+
+
+def test_cli_help():
+    h = subprocess.run([sys.executable, "benchmarks/prefix_reuse_sim.py", "--help"], cwd=_ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert h.returncode == 0 and "--seeds" in h.stdout and "islands_auto" in h.stdout
+    bad = subprocess.run([sys.executable, "benchmarks/prefix_reuse_sim.py", "--arms", "bogus"],
+                         cwd=_ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "bogus" in bad.stderr
