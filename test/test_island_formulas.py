@@ -8,6 +8,8 @@ from sglang.srt.mem_cache.swa_island_radix_cache import (
     DEFAULT_DECODE_ISLAND_INTERVAL,
     decode_island_due,
     decode_island_interval,
+    island_out_of_window,
+    reclaim_watermark,
     swa_tombstone_frontier,
 )
 
@@ -113,3 +115,27 @@ def test_cadence_step_straddling_several_multiples_fires_once():
     # one step of 1000 crosses 7 multiples of 128: one island, not seven
     assert _fire_points([1000], 128) == [1000]
     assert _fire_points([5, 1000, 5, 300], 128) == [1005, 1310]
+
+
+# ---- release and watermark ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "end, w, p, first_out",
+    [
+        (300, 33, 1, 334),  # the docstring's example: end + w + p
+        (16384, 1024, 64, 17472),  # the seed's shape
+        (0, 33, 16, 49),
+    ],
+)
+def test_island_leaves_the_window_a_window_plus_a_page_after_its_end(end, w, p, first_out):
+    assert not island_out_of_window(first_out - 1, end, w, p)
+    assert island_out_of_window(first_out, end, w, p)
+    assert island_out_of_window(first_out + 100, end, w, p)
+
+
+def test_reclaim_watermark_is_one_chunk_rounded_up_to_a_page():
+    assert reclaim_watermark(16384, 64) == 16384
+    assert reclaim_watermark(500, 16) == 512
+    assert reclaim_watermark(None, 1) == DEFAULT_DECODE_ISLAND_INTERVAL
+    assert reclaim_watermark(0, 64) == DEFAULT_DECODE_ISLAND_INTERVAL
