@@ -95,6 +95,7 @@ def test_hold_without_islands_is_one_chunk_in_whole_pages():
     assert hold_without_islands(1024, 64, 16384, worst_case=True) == 17_408  # 16384 + 1024
     assert hold_without_islands(1000, 64, 1000) == 1_024  # 1000 -> 16 pages
     assert hold_without_islands(1000, 64, 1000, worst_case=True) == 2_048  # 2000 -> 32 pages
+    assert hold_without_islands(32, 1, 1) == 1  # a one-token chunk is valid
 
 
 def test_admission_bind_is_the_pool_over_the_hold():
@@ -170,6 +171,7 @@ def test_pool_below_the_concurrency_floor_warns_with_the_requests_it_carries(cap
     build_stack(window=32, chunk=128, swa_pool=1000, full_pool=16384, max_reqs=32, ratio=0.06)
     msg = " ".join(r.getMessage() for r in caplog.records)
     assert "carries about 25 running requests" in msg and "fewer than the request pool's 32" in msg
+    assert "island floor (128 + N x 34 tokens)" in msg  # chunk + N x (w + p), w 33, p 1
     caplog.clear()
     # (1000 - 128) // 34 = 25 >= 16: no warning
     build_stack(window=32, chunk=128, swa_pool=1000, full_pool=16384, max_reqs=16, ratio=0.06)
