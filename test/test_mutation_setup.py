@@ -213,3 +213,15 @@ def _interrupt_and_resume(tmp_path, sleep_s, last):
     assert "resuming" in r.stdout and "not re-run" in r.stdout
     assert summary_row((tmp_path / "report.md").read_text(), "mod.py") == [4, 4, 2, 0, 2, 0, 0, 0, 0]
     return True
+
+
+def test_committed_report_gives_every_survivor_a_verdict():
+    """benchmarks/results/mutation_report.md: each survivor row ends in a verdict, either
+    'killed by ...' or 'equivalent: ...'."""
+    path = REPO / "benchmarks" / "results" / "mutation_report.md"
+    rows = [line for line in open(path).read().splitlines()
+            if line.startswith("| ") and "`core/" in line]
+    assert rows, "no survivor rows"
+    for row in rows:
+        verdict = row.rstrip(" |").rsplit("|", 1)[1].strip()
+        assert verdict.startswith(("killed by", "equivalent:")), row
