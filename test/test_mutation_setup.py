@@ -181,8 +181,11 @@ def _interrupt_and_resume(tmp_path, sleep_s, last):
     slow = TINY_TEST.replace("def test_neg():\n",
                              f"def test_neg():\n    import time; time.sleep({sleep_s})\n")
     proj = tiny_project(tmp_path / "proj", test=slow)
+    # SIGINT at its default in the script: a shell that starts with SIGINT ignored (a suite run
+    # from a background job, `cmd &`) cannot trap it, and the interrupt would be lost
     p = subprocess.Popen(["bash", str(SCRIPT), "--root", str(proj), "--plain", "--tests", "test_mod.py", "mod.py"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines = []
     for line in p.stdout:
         lines.append(line)
