@@ -408,9 +408,8 @@ class SWAIslandRadixCache(SWARadixCache):
         """Cold tokens first, then the windows of retention points (chunk islands), each in
         least recently used order of nodes; then everything else in upstream's LRU order."""
         full_evicted = swa_evicted = 0
-        for retention in (True, False):
-            if retention is False and not self._retention_marks:
-                break
+        # the second pass only where retention points exist (never under eager)
+        for retention in (True, False) if self._retention_marks else (True,):
             x = self.swa_lru_list.get_lru_no_lock()
             while swa_evicted < swa_num_tokens and self.swa_lru_list.in_list(x):
                 x_next = self.swa_lru_list.get_prev_no_lock(x)
