@@ -273,7 +273,7 @@ class SwaSampler:
 @dataclasses.dataclass
 class FollowUp:
     prompt_len: int
-    generated_at_send: int  # A's streamed tokens when B was built
+    generated_at_send: int  # the tokens of A's output B carries (k * interval + delta)
     b_prompt_len: int
     b_cached_tokens: int
     expected_min_hit: int  # len(prompt) + k * interval (page 1)
@@ -288,21 +288,23 @@ def follow_up_while_running(srv: SglangServer, prompt: Sequence[int], *, k: int,
                             interval: int, a_max_new: int, b_new: Sequence[int] = (),
                             b_max_new: int = 8, timeout: float = 1200.0,
                             log=print) -> FollowUp:
-    """A streams; at `>= k*interval + delta` generated tokens send B = prompt + A's output so far +
-    `b_new` while A runs. `expected_min_hit` = len(prompt) + k*interval (the islands floor)."""
+    """A streams; at `>= k*interval + delta` generated tokens send B = prompt + A's first
+    `k*interval + delta` output tokens + `b_new` while A runs. `expected_min_hit` = len(prompt) + k*interval (the islands floor)."""
     t0 = time.monotonic()
     a = StreamingRequest(srv.base_url, prompt, a_max_new, name="A", timeout=timeout).start()
     want = k * interval + delta
     snap = a.wait_generated(want, timeout=timeout)
     log(f"A streamed {len(snap)} tokens (wanted >= {want}) after {time.monotonic() - t0:.1f} s; "
         f"sending B")
-    b_ids = list(prompt) + snap + list(b_new)
+    # the stream delivers several tokens per chunk: B takes exactly the first `want`, so its
+    # prompt is the same on every server the comparison runs on
+    b_ids = list(prompt) + snap[:want] + list(b_new)
     b = srv.generate(b_ids, b_max_new, timeout=timeout)
     a_running = not a.done.is_set()
     log(f"B: cached {b.cached_tokens} of {len(b_ids)}; A at {a.generated()} tokens, "
         f"{'still running' if a_running else 'finished'}")
     ra = a.wait(timeout)
-    return FollowUp(prompt_len=len(prompt), generated_at_send=len(snap), b_prompt_len=len(b_ids),
+    return FollowUp(prompt_len=len(prompt), generated_at_send=want, b_prompt_len=len(b_ids),
                     b_cached_tokens=b.cached_tokens, expected_min_hit=len(prompt) + k * interval,
                     a_running_when_b_done=a_running, a_output_ids=ra.output_ids,
                     b_output_ids=b.output_ids, a_completion_tokens=ra.completion_tokens,
