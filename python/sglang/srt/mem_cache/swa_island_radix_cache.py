@@ -51,6 +51,10 @@ Reclaim of the SWA below a new island (``--swa-islands-reclaim``):
   edit of the same conversation, the next question on the same document) would hit.
 - ``auto``: eager while the free SWA pool is below :func:`reclaim_watermark`, else lazy.
 
+Admission (``PrefillAdder``) keeps free, beside each new prefill chunk, the SWA the running
+batch's next decode step allocates (:meth:`SWAIslandRadixCache.swa_admission_reserve`): under the
+overlap scheduler that step is scheduled before the chunk is committed.
+
 A diverging request's insert revives tombstoned nodes of the shared path from its own KV
 (``_insert_helper``), so the window before a junction is live after the insert even where the
 tree's copy had been reclaimed; being a window, it is reclaimed after every cold token.
@@ -80,7 +84,7 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache, TreeNode
 
 if TYPE_CHECKING:
-    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
 
 RECLAIM_POLICIES = ("lazy", "eager", "auto")
 """``--swa-islands-reclaim`` choices; the first is the default (``ServerArgs``, ``CacheInitParams``)."""
@@ -433,6 +437,23 @@ class SWAIslandRadixCache(SWARadixCache):
     def _free_node_swa(self, x: TreeNode) -> None:
         # a live node's value is whole pages whose SWA slots are live: no host sync needed
         self.token_to_kv_pool_allocator.free_swa_pages(x.value[:: self.page_size])
+
+    # ---- admission ----------------------------------------------------------------------------
+
+    def swa_admission_reserve(self, running_batch: ScheduleBatch) -> int:
+        """SWA tokens ``PrefillAdder`` keeps free for ``running_batch``: what its next decode step
+        allocates (``ScheduleBatch.new_tokens_required_next_decode``; a page per request at a page
+        boundary, the speculative over-allocation with speculative decoding).
+
+        Everything else a running request will need, decode can take from the cold tier, which
+        admission already counts as evictable. What it cannot take is a prefill chunk admitted
+        now: under the overlap scheduler that chunk is committed (and its SWA below the frontier
+        turns cold) only after the next batch is scheduled, so a decode step scheduled next must
+        fit beside the whole uncommitted chunk, or it retracts requests.
+        """
+        if running_batch.is_empty():
+            return 0
+        return running_batch.new_tokens_required_next_decode()
 
     # ---- observation --------------------------------------------------------------------------
 
