@@ -2,6 +2,8 @@
 
 Follows ``Scheduler.event_loop_normal`` of sglang 0.5.15.post1 (no overlap):
 
+- new and retracted requests join the waiting queue through the installed
+  ``Scheduler._add_request_to_queue`` (which tells the tree cache, patch 0014);
 - ``get_next_batch_to_run``: ``stash_chunked_request`` (``maybe_cache_unfinished_req(chunked=True)``),
   merge the last extend batch into the running batch, ``PrefillAdder`` (``add_chunked_req`` /
   ``add_one_req`` after ``Req.init_next_round_input(tree)``), ``ScheduleBatch.init_new`` and
@@ -75,9 +77,52 @@ class MiniScheduler:
 
     def submit(self, rid: str, input_ids, max_new_tokens: int):
         req = self.make_req(rid, input_ids, max_new_tokens)
-        self.waiting.append(req)
+        self._queue(req)
         self.all_reqs.append(req)
         return req
+
+    def _queue(self, req, is_retracted: bool = False) -> None:
+        """The installed ``Scheduler._add_request_to_queue`` on this glue (no disaggregation,
+        priorities or queue limit, no HiCache): appends ``req`` to the waiting queue and tells the
+        tree cache (patch 0014)."""
+        from sglang.srt.managers.scheduler import Scheduler
+
+        Scheduler._add_request_to_queue(self, req, is_retracted=is_retracted)
+
+    # what Scheduler._add_request_to_queue reads on its scheduler
+    enable_priority_scheduling = False
+    abort_on_priority_when_disabled = False
+    max_queued_requests = None
+    enable_hicache_storage = False
+
+    @property
+    def disaggregation_mode(self):
+        from sglang.srt.disaggregation.utils import DisaggregationMode
+
+        return DisaggregationMode.NULL
+
+    @property
+    def waiting_queue(self) -> List:
+        return self.waiting
+
+    @property
+    def tree_cache(self):
+        return self.tree
+
+    def _set_or_validate_priority(self, req) -> bool:
+        from sglang.srt.managers.scheduler import Scheduler
+
+        return Scheduler._set_or_validate_priority(self, req)
+
+    def _abort_on_queued_limit(self, req) -> bool:
+        from sglang.srt.managers.scheduler import Scheduler
+
+        return Scheduler._abort_on_queued_limit(self, req)
+
+    def _prefetch_kvcache(self, req) -> None:
+        from sglang.srt.managers.scheduler import Scheduler
+
+        return Scheduler._prefetch_kvcache(self, req)
 
     @property
     def running(self) -> List:
@@ -169,7 +214,7 @@ class MiniScheduler:
             retracted, _, aborted = batch.retract_decode(self.s.server_args)
             self.retractions += len(retracted)
             for r in retracted:
-                self.waiting.insert(0, r)
+                self._queue(r, is_retracted=True)
             self.on_event("retract", retracted)
             if batch.is_empty():
                 return None
@@ -331,7 +376,7 @@ class MiniScheduler:
         retracted, _, _ = batch.retract_decode(self.s.server_args)
         self.retractions += len(retracted)
         for r in retracted:
-            self.waiting.insert(0, r)
+            self._queue(r, is_retracted=True)
         return len(retracted)
 
     def run(self, max_steps: int = 100000, after_step: Optional[Callable[[], None]] = None) -> int:

@@ -36,6 +36,9 @@ Units are tokens; positions are 0-based positions in one request's sequence.
   more children, where requests diverged) and, unless reclaim is ``eager``, every chunk island of
   a prompt: a retention point every ``cp`` tokens, whose window is reclaimed after the cold tier
   but before any other window (it serves only a request diverging inside that prompt).
+- queued hit: the match end a waiting request would hit, found when it joins the waiting queue
+  (:meth:`SWAIslandRadixCache.on_request_queued`) and kept until its first commit; its window is
+  reclaimed after every other window, the latest queued request's first.
 - window tail: the tokens at the end of a live node inside the live window of a match end at or
   below it; the rest of the node, and every live SWA-unlocked node without one, is cold.
 - tombstone: a node whose SWA KV is freed while its full KV stays, so matching walks through it.
@@ -44,8 +47,8 @@ Reclaim of the SWA below a new island (``--swa-islands-reclaim``):
 
 - ``lazy`` (the default): none at the insert. It stays cached and evictable (admission counts it
   like any evictable SWA); ``evict`` frees cold tokens first (nodes in least recently used order,
-  a node with a window tail split first), then retention windows the same way, and other windows
-  only when neither is left (upstream's LRU order).
+  a node with a window tail split first), then retention windows the same way, then the other
+  windows but queued hits', then queued hits' (:meth:`SWAIslandRadixCache.eviction_passes`).
 - ``eager``: the cold tokens on the request's path below ``t`` are tombstoned at the insert. They
   are the most recently used cold tokens, the ones a sibling request queued behind this one (an
   edit of the same conversation, the next question on the same document) would hit.
@@ -78,7 +81,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, List, Optional
 
 import torch
 
-from sglang.srt.mem_cache.base_prefix_cache import SWAHoldStats
+from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams, SWAHoldStats
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache, TreeNode
@@ -162,6 +165,17 @@ def commit_frees_are_stream_ordered(device: torch.device, overlap: bool) -> bool
     return bool(is_cuda() or envs.SGLANG_ENABLE_WAR_BARRIER.get())
 
 
+@dataclasses.dataclass(frozen=True)
+class Keep:
+    """The match ends whose windows one pass of SWA eviction keeps: the queued hits always;
+    every other match end if ``others``, retention points (chunk islands) among them only if
+    ``retention``."""
+
+    retention: bool
+    others: bool
+    queued: frozenset
+
+
 @dataclasses.dataclass
 class IslandStats:
     """Totals of the island path (see ``SWAHoldStats``)."""
@@ -209,6 +223,11 @@ class SWAIslandRadixCache(SWARadixCache):
         # the cold tier but before every other window
         self._retention_marks: "weakref.WeakSet[TreeNode]" = weakref.WeakSet()
         self._latest_island: Dict[str, TreeNode] = {}
+        # queued hits: the match end each waiting request would hit, from its arrival until its
+        # first commit (weak keys: a request dropped from the queue drops its entry)
+        self._queued_hits: "weakref.WeakKeyDictionary[Req, TreeNode]" = (
+            weakref.WeakKeyDictionary()
+        )
 
     # ---- inserts ------------------------------------------------------------------------------
 
@@ -226,7 +245,30 @@ class SWAIslandRadixCache(SWARadixCache):
             committed = len(req.prefix_indices)
         return swa_tombstone_frontier(committed, self.window, self.page_size)
 
+    def on_request_queued(self, req: Req) -> None:
+        """``req`` joined the waiting queue: the match end it would hit now becomes a *queued
+        hit*, a match end whose window eviction takes only after every other window, until the
+        request's first commit (admission locks its own match before that).
+
+        A queued request that finds its window at admission computes only its new tokens; one
+        that lost it recomputes the prefix, and the chunks it allocates for that evict the
+        windows of the requests queued behind it. One match per arriving request, no host sync.
+        """
+        if self.disable or req.swa_evict_floor > 0:
+            return
+        token_ids = req.origin_input_ids + req.output_ids
+        key = RadixKey(
+            token_ids,
+            req.extra_key,
+            limit=req._compute_max_prefix_len(len(token_ids)),
+        )
+        node = self.match_prefix(MatchPrefixParams(key=key)).last_device_node
+        self._queued_hits.pop(req, None)  # a retracted request queues again, at the end
+        if node is not self.root_node:
+            self._queued_hits[req] = node
+
     def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
+        self._queued_hits.pop(req, None)
         if self.disable or req.swa_evict_floor > 0:
             return super().cache_unfinished_req(req, chunked=chunked)
         frontier = self.chunk_frontier(req, chunked)
@@ -245,6 +287,7 @@ class SWAIslandRadixCache(SWARadixCache):
         """Upstream's finish; the end of the inserted transcript stays a match end after a later
         turn extends it (the point an edited or regenerated next turn branches from)."""
         self._unmark_latest(req)
+        self._queued_hits.pop(req, None)
         key = None
         if is_insert and not self.disable and req.swa_evict_floor == 0:
             token_ids = (req.origin_input_ids + req.output_ids)[: req._cache_commit_len()]
@@ -332,17 +375,24 @@ class SWAIslandRadixCache(SWARadixCache):
         else:
             self._island_marks.pop(node, None)
 
-    def _is_match_end(self, node: TreeNode, retention: bool = True) -> bool:
+    def _is_match_end(self, node: TreeNode, keep: Optional[Keep] = None) -> bool:
+        """Whether ``node``'s end is a match end whose window ``keep`` keeps (default: every
+        match end)."""
+        keep = keep or self._keep_all()
+        if node in keep.queued:
+            return True
+        if not keep.others:
+            return False
         return (
             len(node.children) != 1
             or node.swa_lock_ref > 0
             or self._island_marks.get(node, 0) > 0
-            or (retention and node in self._retention_marks)
+            or (keep.retention and node in self._retention_marks)
         )
 
-    def _window_tail(self, x: TreeNode, retention: bool = True) -> int:
+    def _window_tail(self, x: TreeNode, keep: Optional[Keep] = None) -> int:
         """Tokens at the end of live ``x`` that lie in the live window of a match end at or below
-        it (0: ``x`` is cold); ``retention=False`` ignores retention points (chunk islands).
+        it that ``keep`` keeps (0: ``x`` holds no such window; default: every match end).
 
         A match end ``d`` tokens below ``x``'s end needs the ``window_left`` tokens before it
         live, the last ``window_left - d`` of them in ``x``. Looks at most ``window_left`` tokens
@@ -350,6 +400,7 @@ class SWAIslandRadixCache(SWARadixCache):
         Example: window_left 32, x = [0, 1000) with a junction at its end: 32; a junction 20
         tokens below its end: 12; none within 32 tokens: 0.
         """
+        keep = keep or self._keep_all()
         window = self.sliding_window_size
         run, node = len(x.value), x.parent
         while run < window and node is not self.root_node and not node.swa_tombstone:
@@ -360,7 +411,7 @@ class SWAIslandRadixCache(SWARadixCache):
         stack = [(x, 0)]
         while stack:
             n, below = stack.pop()
-            if self._is_match_end(n, retention) and (to_root or run + below >= window):
+            if self._is_match_end(n, keep) and (to_root or run + below >= window):
                 tail = max(tail, min(len(x.value), window - below))
             for child in n.children.values():
                 d = below + len(child.value)
@@ -368,10 +419,10 @@ class SWAIslandRadixCache(SWARadixCache):
                     stack.append((child, d))
         return tail
 
-    def _cold_head(self, x: TreeNode, retention: bool = True) -> Optional[TreeNode]:
-        """The part of live ``x`` outside every match-end window, as a node of its own (``x``
-        is split if only its head is cold), or None if no whole page of ``x`` is cold."""
-        tail = self._window_tail(x, retention)
+    def _cold_head(self, x: TreeNode, keep: Optional[Keep] = None) -> Optional[TreeNode]:
+        """The part of live ``x`` outside every window ``keep`` keeps, as a node of its own (``x``
+        is split if only its head is free of them), or None if no whole page of ``x`` is."""
+        tail = self._window_tail(x, keep)
         if tail == 0:
             return x
         tail = -(-tail // self.page_size) * self.page_size
@@ -379,6 +430,29 @@ class SWAIslandRadixCache(SWARadixCache):
             return None
         self._split_node(x.key, x, len(x.value) - tail)
         return x.parent
+
+    def _queued_nodes(self) -> frozenset:
+        return frozenset(self._queued_hits.values())
+
+    def _keep_all(self) -> Keep:
+        return Keep(retention=True, others=True, queued=self._queued_nodes())
+
+    def eviction_passes(self) -> List[Keep]:
+        """What each pass of SWA eviction keeps, in order: every window (the pass takes cold
+        tokens); every window but those of retention points; the windows of queued hits only,
+        then of the earliest queued half, quarter, ... of them (the first come is admitted next).
+        Passes that would keep what the previous one kept are left out. After them, upstream's
+        LRU eviction over everything unlocked."""
+        queued = list(dict.fromkeys(self._queued_hits.values()))  # in arrival order
+        every = frozenset(queued)
+        passes = [Keep(retention=True, others=True, queued=every)]
+        if self._retention_marks:
+            passes.append(Keep(retention=False, others=True, queued=every))
+        n = len(queued)
+        while n > 0:
+            passes.append(Keep(retention=False, others=False, queued=frozenset(queued[:n])))
+            n //= 2
+        return passes
 
     # ---- reclaim ------------------------------------------------------------------------------
 
@@ -392,7 +466,7 @@ class SWAIslandRadixCache(SWARadixCache):
             and self.token_to_kv_pool_allocator.swa_available_size() >= self.reclaim_watermark
         ):
             return
-        end = 0
+        end, keep = 0, self._keep_all()
         for node in self._path(last_node):
             start, end = end, end + len(node.value)
             if start >= frontier:
@@ -403,26 +477,25 @@ class SWAIslandRadixCache(SWARadixCache):
                 # straddles the frontier: split, and reclaim only the part below it
                 self._split_node(node.key, node, frontier - start)
                 node = node.parent
-            head = self._cold_head(node)
+            head = self._cold_head(node, keep)
             if head is not None:
                 self._tombstone_swa(head)
                 self.stats.freed_at_commit += len(head.value)
 
     def _evict_swa(self, swa_num_tokens: int):
-        """Cold tokens first, then the windows of retention points (chunk islands), each in
-        least recently used order of nodes; then everything else in upstream's LRU order."""
+        """The passes of :meth:`eviction_passes`, each over nodes in least recently used order;
+        then everything else in upstream's LRU order."""
         full_evicted = swa_evicted = 0
-        # the second pass only where retention points exist (never under eager)
-        for retention in (True, False) if self._retention_marks else (True,):
+        for i, keep in enumerate(self.eviction_passes()):
             x = self.swa_lru_list.get_lru_no_lock()
             while swa_evicted < swa_num_tokens and self.swa_lru_list.in_list(x):
                 x_next = self.swa_lru_list.get_prev_no_lock(x)
-                head = self._cold_head(x, retention)
+                head = self._cold_head(x, keep)
                 if head is not None:
                     full, swa = self._evict_swa_node(head)
                     full_evicted += full
                     swa_evicted += swa
-                    if retention:
+                    if i == 0:
                         self.stats.reclaimed_cold += swa
                     else:
                         self.stats.reclaimed_window += swa
