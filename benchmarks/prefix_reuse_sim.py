@@ -108,12 +108,16 @@ def phases(cls: str, script: Any) -> List[List[Client]]:
     raise ValueError(cls)
 
 
-def drive(sched, clients: List[Client]) -> List[Dict[str, Any]]:
-    """Run ``clients`` to completion; a row per finished request."""
+def drive(sched, clients: List[Client], latency: int = 0) -> List[Dict[str, Any]]:
+    """Run ``clients`` to completion; a row per finished request. ``latency``: scheduler steps
+    between a group's last finish and the client's next group joining the queue (the server's
+    detokenizer, HTTP and tokenizer round trip; 0: the same step)."""
     rows: List[Dict[str, Any]] = []
     pending: Dict[str, Tuple[int, int, Tuple]] = {}
     groups: Dict[int, list] = {}
     gid = [0]
+    later: List[Tuple[int, Client, list]] = []  # (due step, client, outputs)
+    step = 0
 
     def start(client, outputs=None):
         try:
@@ -131,8 +135,15 @@ def drive(sched, clients: List[Client]) -> List[Dict[str, Any]]:
     for c in clients:
         start(c)
     seen = len(sched.finished)
-    while pending:
-        if sched.step() is None and sched.idle():
+    while pending or later:
+        due = [x for x in later if x[0] <= step]
+        later = [x for x in later if x[0] > step]
+        for _, client, outputs in due:
+            start(client, outputs)
+        if not pending and not later:
+            break
+        step += 1
+        if sched.step() is None and sched.idle() and not later:
             raise RuntimeError(f"the scheduler went idle with {len(pending)} requests pending")
         while seen < len(sched.finished):
             req = sched.finished[seen]
@@ -147,29 +158,30 @@ def drive(sched, clients: List[Client]) -> List[Dict[str, Any]]:
             grp[2] -= 1
             if grp[2] == 0:
                 del groups[g]
-                start(grp[0], grp[1])
+                later.append((step + latency, grp[0], grp[1]))
     return rows
 
 
-def run_class(sched, cls: str, script: Any) -> List[Dict[str, Any]]:
+def run_class(sched, cls: str, script: Any, latency: int = 0) -> List[Dict[str, Any]]:
     if cls == "shared_system":
         system, users = list(script["system"]), script["users"]
         t0 = users[0]["turns"][0]
-        rows = drive(sched, [_one((system + t0["user"], t0["max_new_tokens"], (0,)))])
+        rows = drive(sched, [_one((system + t0["user"], t0["max_new_tokens"], (0,)))], latency)
         tr0 = system + t0["user"] + rows[0]["output_ids"]
         clients = [_turns(tr0, users[0]["turns"], lambda k: (1, k, 0), k0=1)]
         clients += [_turns(list(system), u["turns"], lambda k, u=u: (1, k, u["user"])) for u in users[1:]]
-        return rows + drive(sched, clients)
+        return rows + drive(sched, clients, latency)
     rows: List[Dict[str, Any]] = []
     for clients in phases(cls, script):
-        rows += drive(sched, clients)
+        rows += drive(sched, clients, latency)
     return rows
 
 
 # ----------------------------------------------------------------------------- runs
 
 
-def run_one(arm: str, swa_pool: int, cls: str, script: Any, eviction_interval: int) -> Dict[str, Any]:
+def run_one(arm: str, swa_pool: int, cls: str, script: Any, eviction_interval: int,
+            latency: int = 0) -> Dict[str, Any]:
     from islands_harness.sim import MiniScheduler
     from islands_harness.stack import build_stack, env_overrides
 
@@ -180,7 +192,7 @@ def run_one(arm: str, swa_pool: int, cls: str, script: Any, eviction_interval: i
                             full_pool=cpu.max_total_tokens, swa_pool=swa_pool, max_reqs=cpu.cap + 1,
                             islands=a["islands"], reclaim=a["reclaim"], ratio=0.5)
         sched = MiniScheduler(stack, max_running=cpu.cap, next_token=next_token)
-        rows = run_class(sched, cls, script)
+        rows = run_class(sched, cls, script, latency)
     exp = pr.expected_shared_per_request(pr._by_order(rows), cpu.page)
     return {"cached_tokens": sum(r["cached_tokens"] for r in rows), "expected_shared_tokens": sum(exp),
             "prompt_tokens": sum(len(r["input_ids"]) for r in rows), "requests": len(rows),
@@ -208,6 +220,9 @@ def parse_args(argv=None):
     ap.add_argument("--arms", default=",".join(SIM_ARMS), help="comma list (default all)")
     ap.add_argument("--pools", default=",".join(pr.POOLS), help="comma list (default all)")
     ap.add_argument("--classes", default=",".join(pr.CLASSES), help="comma list (default all)")
+    ap.add_argument("--latency-steps", type=int, default=0,
+                    help="scheduler steps between a client's finished group and its next group "
+                         "joining the queue, as the server's HTTP round trip delays it (default 0)")
     ap.add_argument("--json", default=str(pr.RESULTS / "prefix_reuse_sim.json"))
     ap.add_argument("--md", default=None, help="markdown (default next to the JSON)")
     a = ap.parse_args(argv)
@@ -293,7 +308,8 @@ def main(argv=None) -> int:
         for pool in a.pool_list:
             for arm in a.arm_list:
                 for cls in a.class_list:
-                    r = run_one(arm, pools[pool]["swa_pool"], cls, scripts[cls], evict)
+                    r = run_one(arm, pools[pool]["swa_pool"], cls, scripts[cls], evict,
+                                a.latency_steps)
                     rec = arms.setdefault(arm, {}).setdefault(pool, {}).setdefault(
                         cls, {"cached_tokens": [], "expected_shared_tokens": [], "retractions": [],
                               "prompt_tokens": [], "requests": []})
@@ -307,7 +323,7 @@ def main(argv=None) -> int:
     command = " ".join(shlex.quote(x) for x in [".venv/bin/python", "benchmarks/prefix_reuse_sim.py",
                                                  *(sys.argv[1:] if argv is None else argv)])
     result = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M"), "git_head": pr._git_head(),
-              "preset": a.preset, "seeds": a.seed_list, "pools": a.pool_list, "classes": a.class_list,
+              "preset": a.preset, "latency_steps": a.latency_steps, "seeds": a.seed_list, "pools": a.pool_list, "classes": a.class_list,
               "swa_pools": {p: pools[p]["swa_pool"] for p in a.pool_list},
               "runtime_s": round(time.monotonic() - t0, 1), "arms": arms}
     result["summary"] = summarize(result)

@@ -92,3 +92,36 @@ def test_cli_help():
     bad = subprocess.run([sys.executable, "benchmarks/prefix_reuse_sim.py", "--arms", "bogus"],
                          cwd=_ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "bogus" in bad.stderr
+
+
+@pytest.mark.parametrize("latency", [0, 3])
+def test_a_client_s_next_group_joins_the_queue_latency_steps_after_its_last_finish(latency):
+    """Two turns of one client on the real stack: turn 2 is submitted ``latency`` scheduler steps
+    after turn 1 finished (0: before the next step), with turn 1's output in its prompt."""
+    from islands_harness.sim import MiniScheduler
+    from islands_harness.stack import build_stack
+
+    stack = build_stack(window=32, chunk=128, islands=True, reclaim="lazy")
+    sched = MiniScheduler(stack, max_running=4, next_token=sim.next_token)
+    steps, submitted, finished = [0], {}, {}
+    real_step, real_submit = sched.step, sched.submit
+
+    def step():
+        steps[0] += 1
+        kind = real_step()
+        for r in sched.finished:
+            finished.setdefault(r.rid, steps[0])
+        return kind
+
+    def submit(rid, ids, max_new):
+        submitted[rid] = steps[0]
+        return real_submit(rid, ids, max_new)
+
+    sched.step, sched.submit = step, submit
+    turns = [{"user": list(range(10, 70)), "max_new_tokens": 4},
+             {"user": list(range(70, 90)), "max_new_tokens": 4}]
+    rows = sim.drive(sched, [sim._turns(list(range(100, 140)), turns, lambda k: (k,))], latency)
+    first, second = sorted(submitted, key=submitted.get)
+    assert submitted[second] - finished[first] == latency
+    assert rows[1]["input_ids"] == rows[0]["input_ids"] + rows[0]["output_ids"] + turns[1]["user"]
+    assert rows[1]["cached_tokens"] == len(rows[0]["input_ids"]) + 3  # all but turn 1's last token
