@@ -890,6 +890,9 @@ def to_markdown(result: Dict[str, Any]) -> str:
              f"{result.get('git_head') or '?'}); preset `{result.get('preset', '?')}`, total runtime "
              f"{(rt or 0) / 60:.1f} min for {result.get('boots', '?')} server boots.\n")
     L.append("Command:\n\n```\n" + result.get("command", "(not recorded)") + "\n```\n")
+    if result.get("rebuilt_by"):
+        L.append("These files were written from that run's per-boot files by:\n\n```\n"
+                 + result["rebuilt_by"] + "\n```\n")
     m = result.get("machine") or {}
     if m:
         L.append(f"Machine: {m.get('cpus')} CPUs ({m.get('platform')}); load average "
@@ -1147,6 +1150,7 @@ def parse_args(argv=None):
     ap.add_argument("--boot-timeout", type=float, default=600.0, help="server boot timeout, s")
     ap.add_argument("--request-timeout", type=float, default=3600.0, help="per request timeout, s")
     a = ap.parse_args(argv)
+    a.argv = list(sys.argv[1:] if argv is None else argv)
     a.class_list = _csv(a.classes, CLASSES, "classes", ap)
     a.arm_list = _csv(a.arms, list(ARMS), "arms", ap)
     a.pool_list = _csv(a.pools, POOLS, "pools", ap)
@@ -1254,6 +1258,7 @@ def rebuild(run_dir: pathlib.Path, a) -> int:
     if not boots:
         raise SystemExit(f"no per-boot files in {run_dir}")
     meta.setdefault("runtime_s", round(sum(b.get("boot_total_s", 0) for b in boots), 1))
+    meta["rebuilt_by"] = " ".join(shlex.quote(x) for x in [".venv/bin/python", "benchmarks/prefix_reuse.py", *a.argv])
     log(f"rebuilding from {len(boots)} boots in {run_dir}")
     return write_outputs(boots, meta, a)
 
@@ -1269,7 +1274,8 @@ def assemble(boots: List[Dict[str, Any]], meta: Dict[str, Any]) -> Dict[str, Any
         "cap": CPU.cap, "page": CPU.page, "window": CPU.window, "chunk": CPU.chunk,
         "max_total_tokens": CPU.max_total_tokens,
         **{k: meta.get(k) for k in ("command", "date", "git_head", "preset", "runtime_s",
-                                    "eviction_interval", "machine", "pools", "workload", "plan")},
+                                    "eviction_interval", "machine", "pools", "workload", "plan",
+                                    "rebuilt_by")},
         "boots": len(boots),
         "boot_times_s": {f"{b['arm']}@{b['pool']}": b.get("boot_total_s") for b in boots},
         "boot_s": {f"{b['arm']}@{b['pool']}": b.get("boot_s") for b in boots},
