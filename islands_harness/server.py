@@ -11,7 +11,11 @@ attention, fp32, no CUDA graphs, no warmup, no grammar backend, random seed 0). 
 come after `BASE_ARGS`, so they win where argparse keeps the last value.
 
 Lifecycle guarantees:
-- a port that is already taken raises `PortInUseError` before anything is launched;
+- a requested port that is already taken raises `PortInUseError` before anything is launched;
+- without one, the server gets a port reserved for its lifetime (`reserve_free_port`: below the
+  kernel's ephemeral range, so no socket a running server opens on its own takes it, and held by
+  an `flock` that every harness process honours); a boot whose port was taken anyway is retried on
+  a fresh port, up to `BOOT_ATTEMPTS` boots, each retry logged on stderr;
 - `start()` returns only once `/health_generate` answers 200; if the process exits first, or the
   boot timeout passes, it stops what it started and raises `ServerStartError` with the log tail;
 - `stop()` sends SIGTERM to the whole process group, SIGKILL after `grace_s`, and raises
@@ -22,13 +26,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import os
 import pathlib
 import random
+import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Any, Iterable, Sequence
@@ -98,15 +105,86 @@ def port_is_free(port: int, host: str = HOST) -> bool:
     return True
 
 
-def pick_free_port(host: str = HOST) -> int:
-    """A free port in [20000, 45000): sglang derives further ports from `--port` (for example
-    SGLANG_GRPC_PORT = port + 10000, validated to be <= 65535), so ephemeral ports do not fit."""
-    rng = random.Random()
+GRPC_PORT_OFFSET = 10000
+"""sglang's default ``SGLANG_GRPC_PORT`` is ``--port + 10000`` (validated to be <= 65535)."""
+PORT_RESERVATIONS = pathlib.Path(tempfile.gettempdir()) / "islands-harness-ports"
+BOOT_ATTEMPTS = 3
+"""Boots tried on fresh ports when a chosen port is taken before the server binds it."""
+
+
+def ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's ephemeral ports ``[lo, hi]``: what ``bind(0)`` hands out, so what sglang's own
+    ``get_free_port()`` (its NCCL/gloo port) and every client socket of any process may take."""
+    try:
+        lo, hi = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def harness_port_range() -> tuple[int, int]:
+    """Ports ``[lo, hi)`` the harness hands out: ``port`` and ``port + 10000`` both below the
+    ephemeral range, so no socket a running server opens on its own can take a port the
+    harness gives to another server. ``[10000, 22768)`` with Linux's default range."""
+    eph_lo, _ = ephemeral_port_range()
+    hi = min(eph_lo, 65536) - GRPC_PORT_OFFSET
+    if hi - 10000 < 1000:
+        raise ServerError(
+            f"the ephemeral port range starts at {eph_lo}: no room below it for a server port "
+            f"and its +{GRPC_PORT_OFFSET} gRPC port")
+    return 10000, hi
+
+
+class PortReservation:
+    """A port no other harness process hands out while this is held: an exclusive ``flock`` on
+    ``PORT_RESERVATIONS/<port>.lock`` (released by ``release()`` or when the process dies)."""
+
+    def __init__(self, port: int, fh):
+        self.port = port
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
+def reserve_free_port(host: str = HOST, rng: random.Random | None = None) -> PortReservation:
+    """A random port of :func:`harness_port_range` that no other harness process holds and that
+    is free, with ``port + 10000``, right now."""
+    rng = rng or random.Random()
+    lo, hi = harness_port_range()
+    PORT_RESERVATIONS.mkdir(parents=True, exist_ok=True)
     for _ in range(200):
-        port = rng.randrange(20000, 45000)
-        if port_is_free(port, host) and port_is_free(port + 10000, host):
-            return port
-    raise ServerError(f"no free port found on {host} in [20000, 45000)")
+        port = rng.randrange(lo, hi)
+        fh = open(PORT_RESERVATIONS / f"{port}.lock", "a")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            continue
+        if port_is_free(port, host) and port_is_free(port + GRPC_PORT_OFFSET, host):
+            return PortReservation(port, fh)
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
+    raise ServerError(f"no free port found on {host} in [{lo}, {hi})")
+
+
+def pick_free_port(host: str = HOST) -> int:
+    """A free port for a server started by hand (see :func:`reserve_free_port`); the port is not
+    held, so prefer ``SglangServer(port=None)``, which reserves it for the server's lifetime."""
+    r = reserve_free_port(host)
+    r.release()
+    return r.port
+
+
+_BIND_FAILED = re.compile(r"address already in use|\[Errno 98\]", re.IGNORECASE)
+
+
+def bind_failed(log_text: str) -> bool:
+    """Whether a boot log says a port the server tried to bind was taken."""
+    return bool(_BIND_FAILED.search(log_text))
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -190,6 +268,7 @@ class SglangServer:
         self.omp_threads = omp_threads
         self.extra_env = dict(env or {})
         self.log_path = pathlib.Path(log_path) if log_path else None
+        self._auto_log = log_path is None
         self.boot_timeout_s = boot_timeout_s
         self.grace_s = grace_s
         self.python = python or sys.executable
@@ -203,6 +282,8 @@ class SglangServer:
         self._log_fh = None
         self._sampler: threading.Thread | None = None
         self._sampler_stop = threading.Event()
+        self._reservation: PortReservation | None = None
+        self.boot_retries = 0  # boots retried on a fresh port (see start)
 
     # ---- lifecycle -------------------------------------------------------------------------
     @property
@@ -221,17 +302,35 @@ class SglangServer:
                 *BASE_ARGS, "--host", self.host, "--port", str(self.port), *self.extra_args]
 
     def start(self) -> "SglangServer":
+        """Boot and wait until healthy. Without a requested port the server gets a reserved one
+        (:func:`reserve_free_port`); if a port is still taken at boot (a process outside the
+        harness bound it after the check), the boot is retried on a fresh port, up to
+        ``BOOT_ATTEMPTS`` boots, each retry logged on stderr."""
         if self.proc is not None:
             raise ServerError("server already started")
-        if self.requested_port is None:
-            self.port = pick_free_port(self.host)
-        else:
+        if self.requested_port is not None:
             if not port_is_free(self.requested_port, self.host):
                 raise PortInUseError(
                     f"port {self.requested_port} on {self.host} is already in use; "
                     f"not launching sglang (pick another port or stop whatever listens there)")
             self.port = self.requested_port
-        if self.log_path is None:
+            return self._boot()
+        for attempt in range(1, BOOT_ATTEMPTS + 1):
+            self._reservation = reserve_free_port(self.host)
+            self.port = self._reservation.port
+            try:
+                return self._boot()
+            except ServerStartError:
+                if attempt == BOOT_ATTEMPTS or not bind_failed(self.log_tail(400)):
+                    raise
+                self.boot_retries += 1
+                print(f"[islands_harness.server] port {self.port} was taken before the server "
+                      f"bound it (boot {attempt} of {BOOT_ATTEMPTS}, log {self.log_path}); "
+                      f"retrying on a fresh port", file=sys.stderr)
+        raise AssertionError("unreachable")
+
+    def _boot(self) -> "SglangServer":
+        if self._auto_log:
             DEFAULT_LOG_DIR.mkdir(parents=True, exist_ok=True)
             self.log_path = DEFAULT_LOG_DIR / f"sglang-{self.port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -242,7 +341,8 @@ class SglangServer:
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.update(self.extra_env)
 
-        self._log_fh = open(self.log_path, "wb")
+        # a retry on a caller's log path appends, so the failed boot stays readable
+        self._log_fh = open(self.log_path, "ab" if self.boot_retries else "wb")
         self._log_fh.write(("$ " + " ".join(self.command()) + "\n").encode())
         self._log_fh.flush()
         t0 = time.monotonic()
@@ -250,6 +350,7 @@ class SglangServer:
                                      stdin=subprocess.DEVNULL, env=env, cwd=str(REPO_ROOT),
                                      start_new_session=True)
         if self.sample_rss:
+            self._sampler_stop.clear()
             self._sampler = threading.Thread(target=self._sample_loop, name="rss-sampler",
                                              daemon=True)
             self._sampler.start()
@@ -322,8 +423,10 @@ class SglangServer:
             self._sampler_stop.wait(self.rss_interval_s)
 
     def stop(self) -> None:
-        """Terminate the whole process group by PID; raise if anything is left running."""
+        """Terminate the whole process group by PID; raise if anything is left running. The port
+        reservation is released once the group is gone."""
         if self.proc is None:
+            self._release_port()
             return
         self._sampler_stop.set()
         if self._sampler is not None:
@@ -358,9 +461,16 @@ class SglangServer:
         survivors = [p.pid for p in _group_members(pgid)] + [
             p.pid for p in self._seen.values() if _alive(p)]
         self.proc = None
+        if not survivors:
+            self._release_port()
         if survivors:
             raise ServerStopError(f"sglang processes still running after SIGKILL: "
                                   f"{sorted(set(survivors))}")
+
+    def _release_port(self) -> None:
+        if self._reservation is not None:
+            self._reservation.release()
+            self._reservation = None
 
     def _stop_quietly(self) -> None:
         try:

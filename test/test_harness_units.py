@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import socket
+import subprocess
+import sys
 
 import pytest
 
 from islands_harness import tiny_model as tm
-from islands_harness.server import (BASE_ARGS, SglangServer, parse_prometheus, pick_free_port,
-                                    port_is_free)
+from islands_harness.server import (BASE_ARGS, PORT_RESERVATIONS, SglangServer, bind_failed,
+                                    ephemeral_port_range, harness_port_range, parse_prometheus,
+                                    pick_free_port, port_is_free, reserve_free_port)
 
 
 def _digest(path):
@@ -83,8 +87,51 @@ def test_parse_prometheus_reads_gauges_and_skips_comments():
 
 
 def test_free_port_leaves_room_for_sglang_derived_ports():
-    p = pick_free_port()
-    assert 20000 <= p < 45000 and port_is_free(p)
+    """The port and its +10000 gRPC port lie below the kernel's ephemeral range, which is where a
+    running server's own sockets (its NCCL/gloo port from get_free_port(), client sockets) land."""
+    eph_lo, eph_hi = ephemeral_port_range()
+    lo, hi = harness_port_range()
+    assert (lo, hi) == (10000, eph_lo - 10000)
+    if (eph_lo, eph_hi) == (32768, 60999):
+        assert (lo, hi) == (10000, 22768)
+    for _ in range(20):
+        p = pick_free_port()
+        assert lo <= p < hi and p + 10000 < eph_lo and port_is_free(p)
+
+
+def test_a_reserved_port_is_handed_out_to_nobody_else_until_released():
+    """Two reservations with the same seeded choice: the second skips the held port; once it is
+    released the same choice gets it. The lock is an flock, so another process sees it too."""
+    first = reserve_free_port(rng=random.Random(11))
+    try:
+        second = reserve_free_port(rng=random.Random(11))
+        assert second.port != first.port
+        second.release()
+        probe = subprocess.run(
+            [sys.executable, "-c",
+             "import fcntl, sys; f = open(sys.argv[1], 'a')\n"
+             "try:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\n"
+             "except BlockingIOError:\n    print('held')",
+             str(PORT_RESERVATIONS / f"{first.port}.lock")],
+            capture_output=True, text=True, check=True)
+        assert probe.stdout.strip() == "held"
+    finally:
+        first.release()
+    again = reserve_free_port(rng=random.Random(11))
+    assert again.port == first.port
+    again.release()
+
+
+@pytest.mark.parametrize("line, failed", [
+    ("ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 43330): "
+     "address already in use", True),
+    ("zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:20001')", True),
+    ("RuntimeError: The server socket has failed to listen on any local network address. "
+     "port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use", True),
+    ("ValueError: --enable-swa-islands needs a hybrid SWA model", False),
+])
+def test_bind_failures_are_told_apart_from_other_boot_failures(line, failed):
+    assert bind_failed("boot...\n" + line + "\nshutdown") is failed
 
 
 def test_command_puts_caller_args_after_the_cpu_base_args():

@@ -57,8 +57,8 @@ from islands_harness.server import (
     HOST,
     REPO_ROOT,
     SglangServer,
-    pick_free_port,
     process_tree_cpu_seconds,
+    reserve_free_port,
 )
 
 pytestmark = pytest.mark.server
@@ -840,7 +840,8 @@ def test_sigterm_drains_in_flight_request_and_exits_cleanly(retract, ref):
 def _launch_expecting_failure(model, extra: list[str], log_path, timeout: float = BOOT_TIMEOUT_S):
     """Launch sglang in its own process group; wait for it to exit. Returns a result dict with the
     exit code, the log, whether /health ever answered, and the processes still alive after it."""
-    port = pick_free_port()
+    reservation = reserve_free_port()  # held until this launch is over
+    port = reservation.port
     cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), *BASE_ARGS,
            "--host", HOST, "--port", str(port), *extra]
     env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", OMP_NUM_THREADS="2", PYTHONUNBUFFERED="1")
@@ -874,6 +875,7 @@ def _launch_expecting_failure(model, extra: list[str], log_path, timeout: float 
                     p.kill()
                 except psutil.NoSuchProcess:
                     pass
+            reservation.release()
     return {"rc": rc, "wall_s": round(time.monotonic() - t0, 1), "healthy": healthy,
             "alive": [p.pid for p in alive],
             "log": pathlib.Path(log_path).read_bytes().decode(errors="replace")}
