@@ -4,7 +4,7 @@ while a bystander request started before it completes with the output it has alo
 server keeps serving afterwards (patch 0015 for token ids outside the vocabulary, which killed the
 scheduler; the other cases are upstream's own checks, pinned here).
 
-Real `sglang.launch_server` (CPU), islands on, page 1, chunk 128, context 4096."""
+Real `sglang.launch_server` (CPU), islands on, page 1, chunk 128, context 4096, full pool 2048."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from islands_harness.server import SglangServer
 
 pytestmark = pytest.mark.server
 
-ARGS = ["--page-size", "1", "--chunked-prefill-size", "128", "--max-total-tokens", "8192",
+# a full pool (2048) smaller than the context (4096): some prompts fit the context, never the pool
+ARGS = ["--page-size", "1", "--chunked-prefill-size", "128", "--max-total-tokens", "2048",
         "--enable-swa-islands", "--sleep-on-idle"]
 BYSTANDER = list(range(10, 310))  # 300 tokens: several chunks
 BYSTANDER_NEW = 48
@@ -58,6 +59,12 @@ CASES = {
     "empty_ids": (lambda v: greedy([], 4), lambda v: "input_ids cannot be empty"),
     "longer_than_context": (lambda v: greedy([5] * 5000, 4),
                             lambda v: "longer than the model's context length (4096 tokens)"),
+    "never_fits_the_pool": (lambda v: greedy([5] * 3000, 4),
+                            lambda v: "Input length (3000 tokens) exceeds the maximum allowed "
+                                      "length (2042 tokens)"),
+    "absurd_max_new_tokens": (lambda v: greedy([5, 6, 7], 10**9),
+                              lambda v: "exceeds the model's maximum context length of 4096 "
+                                        "tokens. You requested a total of 1000000003 tokens"),
     "negative_max_new_tokens": (lambda v: greedy([5, 6, 7], -5),
                                 lambda v: "max_new_tokens must be at least 0, got -5"),
     "string_ids": (lambda v: greedy(["a", "b"], 4), lambda v: "input_ids"),
