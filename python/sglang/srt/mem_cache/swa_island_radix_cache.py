@@ -431,11 +431,8 @@ class SWAIslandRadixCache(SWARadixCache):
         self._split_node(x.key, x, len(x.value) - tail)
         return x.parent
 
-    def _queued_nodes(self) -> frozenset:
-        return frozenset(self._queued_hits.values())
-
     def _keep_all(self) -> Keep:
-        return Keep(retention=True, others=True, queued=self._queued_nodes())
+        return Keep(retention=True, others=True, queued=frozenset(self._queued_hits.values()))
 
     def eviction_passes(self) -> List[Keep]:
         """What each pass of SWA eviction keeps, in order: every window (the pass takes cold
@@ -487,6 +484,8 @@ class SWAIslandRadixCache(SWARadixCache):
         then everything else in upstream's LRU order."""
         full_evicted = swa_evicted = 0
         for i, keep in enumerate(self.eviction_passes()):
+            if swa_evicted >= swa_num_tokens:
+                break
             x = self.swa_lru_list.get_lru_no_lock()
             while swa_evicted < swa_num_tokens and self.swa_lru_list.in_list(x):
                 x_next = self.swa_lru_list.get_prev_no_lock(x)
