@@ -17,7 +17,10 @@ Subcommands:
   fetch               make sure the pristine wheel is in .cache/ and print its path
   check               every patch in the series applies cleanly, in order, to pristine files
   apply               build the patched engine in an installed sglang package (default: the
-                      running interpreter's), idempotently
+                      running interpreter's), idempotently; refuses if someone else changed a
+                      file it touches
+  status              pristine / patched (series hash) / modified by someone else, per file
+  revert              back to the pristine release: touched files restored, our modules removed
   worktree DIR        git repo with the pristine files committed as "upstream 0.5.15.post1"
                       and one commit per patch (git am), for editing patches as real code
   refresh DIR         rewrite patches/*.patch and patches/series from such a worktree
@@ -413,27 +416,84 @@ def _set_files(pkg: Path, desired: Dict[str, Optional[bytes]], modes: Dict[str, 
     return changed
 
 
-def cmd_apply(args) -> int:
-    upstream = open_upstream(args)
+def installed_package(args, upstream: "Upstream") -> Path:
+    """The installed sglang package that ``--site-packages`` (or the running interpreter)
+    names, checked to be the pinned release."""
     site = Path(args.site_packages).resolve() if args.site_packages else default_site_packages()
     pkg = site / "sglang"
     version_file = pkg / "_version.py"
     if not version_file.is_file() or version_file.read_bytes() != upstream.read("_version.py"):
         raise PatchesError(f"{pkg} is not an installed sglang=={SGLANG_VERSION} (checked _version.py)")
+    return pkg
+
+
+def read_manifest(pkg: Path) -> Optional[dict]:
+    """What the last ``apply`` recorded in the package (None: no apply, or unreadable)."""
+    path = pkg / MANIFEST_NAME
+    if not path.is_file():
+        return None
+    try:
+        m = json.loads(path.read_text())
+        return m if isinstance(m, dict) else None
+    except ValueError:
+        warn(f"{path} is unreadable")
+        return None
+
+
+def file_states(pkg: Path, upstream: "Upstream", manifest: Optional[dict],
+                rels: Sequence[str]) -> Dict[str, str]:
+    """Per file: ``pristine`` (as in the wheel; for a file the wheel lacks: absent), ``applied``
+    (as the last apply wrote it) or ``modified`` (neither: someone else changed it). A manifest
+    written before apply recorded per-file hashes cannot tell the two apart: not pristine counts
+    as applied there."""
+    applied = (manifest or {}).get("files_sha256") or {}
+    unverifiable = manifest is not None and "files_sha256" not in manifest
+    out = {}
+    for rel in sorted(set(rels)):
+        path = pkg / rel
+        have = path.read_bytes() if path.is_file() else None
+        want = upstream.read(rel) if upstream.has(rel) else None
+        if have == want:
+            out[rel] = "pristine"
+        elif have is not None and (unverifiable
+                                   or applied.get(rel) == hashlib.sha256(have).hexdigest()):
+            out[rel] = "applied"
+        else:
+            out[rel] = "modified"
+    return out
+
+
+def recorded_files(manifest: Optional[dict]) -> List[str]:
+    m = manifest or {}
+    return list(m.get("patched_files", [])) + list(m.get("overlay_files", []))
+
+
+def refuse_foreign_edits(pkg: Path, states: Dict[str, str], what: str) -> None:
+    foreign = [rel for rel, st in states.items() if st == "modified"]
+    if foreign:
+        raise PatchesError(
+            f"not {what} {pkg}: changed by someone else since the last apply (neither pristine "
+            f"nor as scripts/patches.py wrote them): " + ", ".join(foreign)
+            + f". Restore them (pip install --force-reinstall --no-deps sglang=={SGLANG_VERSION}) "
+            "or move your changes into a patch")
+
+
+def cmd_apply(args) -> int:
+    upstream = open_upstream(args)
+    pkg = installed_package(args, upstream)
     manifest_path = pkg / MANIFEST_NAME
-    previous: List[str] = []
-    if manifest_path.is_file():
-        try:
-            m = json.loads(manifest_path.read_text())
-            previous = list(m.get("patched_files", [])) + list(m.get("overlay_files", []))
-        except (ValueError, AttributeError):
-            warn(f"{manifest_path} is unreadable; restoring only the files the series touches")
+    manifest_before = read_manifest(pkg)
+    previous = recorded_files(manifest_before)
+    if manifest_path.is_file() and manifest_before is None:
+        warn(f"{manifest_path} is unreadable; restoring only the files the series touches")
 
     def pristine(rel: str) -> Optional[bytes]:
         return upstream.read(rel) if upstream.has(rel) else None
 
     modes = {r: upstream.mode(r) for r in upstream.files()}
     patches, touched, overlay = load_series(args, upstream)
+    refuse_foreign_edits(pkg, file_states(pkg, upstream, manifest_before, [*previous, *touched]),
+                         "applying to")
     restore = {rel: pristine(rel) for rel in set(previous) | set(touched)}
     try:
         with tempfile.TemporaryDirectory(prefix="patches-apply-") as tmp:
@@ -465,6 +525,8 @@ def cmd_apply(args) -> int:
         "patched_files": sorted(touched),
         "overlay_files": sorted(overlay),
         "overlay_sha256": o_hash.hexdigest(),
+        "files_sha256": {rel: hashlib.sha256(desired[rel]).hexdigest()
+                         for rel in sorted(set(touched) | set(overlay)) if desired[rel] is not None},
     }
     text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
     if not manifest_path.is_file() or manifest_path.read_text() != text:
@@ -474,6 +536,56 @@ def cmd_apply(args) -> int:
         f"upstream file(s), {len(overlay)} overlay file(s), series {s_hash[:12]}; "
         f"{changed} file(s) changed"
     )
+    return 0
+
+
+def cmd_status(args) -> int:
+    """Print the package's state file by file and in one line; exit 0, or 3 if someone else
+    changed a file the series or the last apply touches."""
+    upstream = open_upstream(args)
+    pkg = installed_package(args, upstream)
+    manifest = read_manifest(pkg)
+    patches, touched, overlay = load_series(args, upstream)
+    states = file_states(pkg, upstream, manifest, [*recorded_files(manifest), *touched])
+    for rel, st in states.items():
+        print(f"{st:9} {rel}")
+    foreign = [rel for rel, st in states.items() if st == "modified"]
+    if foreign:
+        print(f"status: {pkg}: modified by someone else: {', '.join(foreign)}")
+        return 3
+    if manifest is None and all(st == "pristine" for st in states.values()):
+        print(f"status: {pkg}: pristine sglang {SGLANG_VERSION}")
+        return 0
+    applied = (manifest or {}).get("series_sha256", "?")
+    current = series_sha256(patches)
+    note = "" if applied == current else f"; this checkout's series is {current[:12]} (run apply)"
+    print(f"status: {pkg}: patched, series {applied[:12]} "
+          f"({len((manifest or {}).get('patches', []))} patches, "
+          f"{len((manifest or {}).get('overlay_files', []))} modules){note}")
+    return 0
+
+
+def cmd_revert(args) -> int:
+    """Restore every file the last apply touched from the pristine wheel and remove our
+    modules and the manifest. Idempotent; refuses (changing nothing) if someone else changed
+    one of those files."""
+    upstream = open_upstream(args)
+    pkg = installed_package(args, upstream)
+    manifest = read_manifest(pkg)
+    if manifest is None and (pkg / MANIFEST_NAME).is_file():
+        raise PatchesError(f"{pkg / MANIFEST_NAME} is unreadable: cannot tell which files to restore")
+    _, touched, _ = load_series(args, upstream)
+    rels = [*recorded_files(manifest), *touched]
+    states = file_states(pkg, upstream, manifest, rels)
+    refuse_foreign_edits(pkg, states, "reverting")
+    modes = {r: upstream.mode(r) for r in upstream.files()}
+    changed = _set_files(pkg, {rel: (upstream.read(rel) if upstream.has(rel) else None)
+                               for rel in states}, modes)
+    if (pkg / MANIFEST_NAME).exists():
+        (pkg / MANIFEST_NAME).unlink()
+        changed += 1
+    log(f"revert: {pkg}: " + (f"{changed} file(s) restored or removed; pristine sglang {SGLANG_VERSION}"
+                             if changed else f"already pristine sglang {SGLANG_VERSION}"))
     return 0
 
 
@@ -650,6 +762,27 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the one the running interpreter imports)",
     )
     p.set_defaults(func=cmd_apply)
+
+    for name, func, help_, desc in (
+        ("status", cmd_status, "say whether an installed sglang is pristine, patched (and by "
+         "which series) or changed by someone else, file by file",
+         "Compare every file the series or the last apply touches with the pristine wheel and "
+         f"with what apply recorded in sglang/{MANIFEST_NAME}. Exit 0 (pristine or patched), "
+         "3 (a file changed by someone else), 1 (not sglang " + SGLANG_VERSION + ")."),
+        ("revert", cmd_revert, "restore an installed sglang to the pristine release (our "
+         "patches and modules out)",
+         "Restore every file the last apply touched from the pristine wheel, remove our modules "
+         f"and sglang/{MANIFEST_NAME}. Idempotent. Refuses, changing nothing, when the installed "
+         f"sglang is not {SGLANG_VERSION} or when someone else changed one of those files "
+         "(named in the message)."),
+    ):
+        p = sub.add_parser(name, help=help_, description=desc)
+        p.add_argument(
+            "--site-packages", metavar="DIR",
+            help="directory that contains the installed 'sglang' package "
+            "(default: the one the running interpreter imports)",
+        )
+        p.set_defaults(func=func)
 
     p = sub.add_parser(
         "worktree",

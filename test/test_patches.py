@@ -346,3 +346,74 @@ def test_pristine_torch_native_misreads_swa_layers(tmp_path, upstream):
     pristine.write_bytes(upstream.read(TNB))
     r = _probe(str(pristine))
     assert r.returncode != 0 and "IndexError" in r.stderr, r.stdout + r.stderr[-3000:]
+
+
+# ---- status, revert, and edits by someone else ------------------------------------------------
+
+SCHED = "srt/managers/scheduler.py"
+
+
+def test_status_says_pristine_then_patched_then_modified_naming_the_file(tmp_path, upstream):
+    site = minimal_site(tmp_path, upstream)
+    ov = make_overlay(tmp_path)
+    st = run("--overlay-dir", ov, "status", "--site-packages", site, check=True)
+    assert st.stdout.splitlines()[-1].endswith(f"pristine sglang {tool.SGLANG_VERSION}")
+    run("--overlay-dir", ov, "apply", "--site-packages", site, check=True)
+    st = run("--overlay-dir", ov, "status", "--site-packages", site, check=True)
+    series = tool.series_sha256(tool.read_series(PATCHES))[:12]
+    assert f"patched, series {series} ({len(SERIES)} patches, 2 modules)" in st.stdout
+    assert f"applied   {SCHED}" in st.stdout
+    with open(site / "sglang" / SCHED, "a") as f:
+        f.write("# a hot fix\n")
+    st = run("--overlay-dir", ov, "status", "--site-packages", site, check=False)
+    assert st.returncode == 3
+    assert f"modified  {SCHED}" in st.stdout
+    assert st.stdout.splitlines()[-1].endswith(f"modified by someone else: {SCHED}")
+
+
+def test_revert_restores_the_release_and_is_idempotent(tmp_path, upstream):
+    site = minimal_site(tmp_path, upstream)
+    before = tree_hash(site)
+    ov = make_overlay(tmp_path)
+    run("--overlay-dir", ov, "apply", "--site-packages", site, check=True)
+    assert tree_hash(site) != before
+    r = run("--overlay-dir", ov, "revert", "--site-packages", site, check=True)
+    assert "file(s) restored or removed; pristine" in r.stdout
+    assert tree_hash(site) == before  # touched files pristine, our modules and manifest gone
+    r = run("--overlay-dir", ov, "revert", "--site-packages", site, check=True)
+    assert "already pristine" in r.stdout and tree_hash(site) == before
+    st = run("--overlay-dir", ov, "status", "--site-packages", site, check=True)
+    assert st.stdout.splitlines()[-1].endswith("pristine sglang " + tool.SGLANG_VERSION)
+
+
+@pytest.mark.parametrize("cmd", ["apply", "revert"])
+def test_apply_and_revert_refuse_a_file_someone_else_changed_and_change_nothing(
+        tmp_path, upstream, cmd):
+    site = minimal_site(tmp_path, upstream)
+    ov = make_overlay(tmp_path)
+    run("--overlay-dir", ov, "apply", "--site-packages", site, check=True)
+    with open(site / "sglang" / SCHED, "a") as f:
+        f.write("# a hot fix\n")
+    before = tree_hash(site)
+    r = run("--overlay-dir", ov, cmd, "--site-packages", site, check=False)
+    assert r.returncode == 1
+    assert "changed by someone else since the last apply" in r.stderr and SCHED in r.stderr
+    assert tree_hash(site) == before
+
+
+def test_apply_refuses_a_release_someone_else_patched(tmp_path, upstream):
+    """No manifest: a touched file that is not pristine was changed outside this tool."""
+    site = minimal_site(tmp_path, upstream)
+    with open(site / "sglang" / SCHED, "a") as f:
+        f.write("# someone's patch\n")
+    r = run("apply", "--site-packages", site, check=False)
+    assert r.returncode == 1 and SCHED in r.stderr
+    assert not (site / "sglang" / tool.MANIFEST_NAME).exists()
+
+
+def test_status_and_revert_refuse_other_versions(tmp_path, upstream):
+    site = minimal_site(tmp_path, upstream)
+    (site / "sglang" / "_version.py").write_text("__version__ = '0.5.23'\n")
+    for cmd in ("status", "revert"):
+        r = run(cmd, "--site-packages", site, check=False)
+        assert r.returncode == 1 and "is not an installed sglang==0.5.15.post1" in r.stderr
