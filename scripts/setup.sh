@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Build the patched SGLang engine from the pinned upstream release.
 #
-#   scripts/setup.sh          CPU environment in .venv (default; what CI and the demo use)
-#   scripts/setup.sh --gpu    GPU environment: sglang's real CUDA dependencies, as upstream pins them
+#   scripts/setup.sh             CPU environment in .venv (default; what CI and the demo use)
+#   scripts/setup.sh --gpu       GPU environment: sglang's real CUDA dependencies, as upstream pins them
+#   scripts/setup.sh --pristine  the stock release only (no patches, no modules): an install to
+#                                try scripts/install_islands.sh on; VENV=DIR picks the directory
 #
 # Idempotent: re-running re-applies our modules and patches/series to pristine upstream files,
 # so it is also the way to pick up an edited patch or module.
@@ -13,10 +15,12 @@ SGLANG_VERSION="0.5.15.post1"
 TORCH_VERSION="2.13.0"
 VENV="${VENV:-$ROOT/.venv}"
 MODE=cpu
+PRISTINE=0
 for a in "$@"; do
   case "$a" in
     --gpu) MODE=gpu ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    --pristine) PRISTINE=1 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$a' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -79,12 +83,19 @@ else
   "$VENV/bin/python" scripts/fix_torchvision.py
 fi
 
-log "materialising the patched engine (our modules + patches/series)"
-"$VENV/bin/python" scripts/patches.py apply || die "patched engine not built (see the message above)"
+if [ "$PRISTINE" = 1 ]; then
+  log "pristine: patches and modules not applied"
+  [ "$MODE" != cpu ] || SGLANG_USE_CPU_ENGINE=1 "$VENV/bin/python" -c \
+    'import sglang.launch_server, sglang.srt.managers.scheduler, sglang.srt.models.laguna' \
+    || die "the pristine engine does not import"
+else
+  log "materialising the patched engine (our modules + patches/series)"
+  "$VENV/bin/python" scripts/patches.py apply || die "patched engine not built (see the message above)"
 
-if [ "$MODE" = cpu ]; then
-  SGLANG_USE_CPU_ENGINE=1 "$VENV/bin/python" -c \
-    'import sglang.launch_server, sglang.srt.managers.scheduler, sglang.srt.models.laguna, sglang.srt.mem_cache.swa_island_radix_cache' \
-    || die "the patched engine does not import"
+  if [ "$MODE" = cpu ]; then
+    SGLANG_USE_CPU_ENGINE=1 "$VENV/bin/python" -c \
+      'import sglang.launch_server, sglang.srt.managers.scheduler, sglang.srt.models.laguna, sglang.srt.mem_cache.swa_island_radix_cache' \
+      || die "the patched engine does not import"
+  fi
 fi
 log "done in $(( $(date +%s) - t0 )) s: $("$VENV/bin/python" -c 'import sglang; print("sglang", sglang.__version__)') ($MODE) in $VENV"
