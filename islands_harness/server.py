@@ -164,10 +164,10 @@ def reserve_free_port(host: str = HOST, rng: random.Random | None = None) -> Por
         except BlockingIOError:
             fh.close()
             continue
+        reservation = PortReservation(port, fh)
         if port_is_free(port, host) and port_is_free(port + GRPC_PORT_OFFSET, host):
-            return PortReservation(port, fh)
-        fcntl.flock(fh, fcntl.LOCK_UN)
-        fh.close()
+            return reservation
+        reservation.release()
     raise ServerError(f"no free port found on {host} in [{lo}, {hi})")
 
 
