@@ -245,11 +245,16 @@ def wait_log(srv: SglangServer, offset: int, pattern: re.Pattern | str, *, count
         time.sleep(0.05)
 
 
-def wait_decoding(srv: SglangServer, offset: int, running: int = 1, steps: int = 2) -> None:
-    """Until `steps` decode log lines with at least `running` requests appear after `offset`."""
+def wait_decoding(srv: SglangServer, offset: int, running: int = 1, steps: int = 2, *,
+                  before=None) -> None:
+    """Until `steps` decode log lines with at least `running` requests appear after `offset`.
+    `before`: a request future that must still be in flight meanwhile (fails at once if it
+    finished first, instead of waiting out the timeout for lines that can no longer come)."""
     pat = re.compile(r"Decode batch, #running-req: (\d+)")
     deadline = time.monotonic() + REQ_TIMEOUT_S
     while sum(int(n) >= running for n in pat.findall(log_since(srv, offset))) < steps:
+        assert before is None or not before.done(), (
+            f"the request finished before {steps} decode steps with {running} running")
         assert time.monotonic() < deadline, "no decode steps in the log"
         time.sleep(0.05)
 
@@ -703,12 +708,16 @@ def test_abort_request_by_rid_mid_prefill_and_mid_decode(on, ref, fleet):
     d1 = delta(m0, m1)
     victim_chunks = d1["chunk"] - 1
 
-    G = 400
+    # The victim first and the bystander joining its decode: the other order races (a bystander
+    # of 48 tokens can finish before the victim is admitted on a loaded machine).
+    G = 2000
     with ThreadPoolExecutor(2) as pool:
-        b2_ids, b2_fut = _start_bystander(pool, on, "bystander-abort-decode", ref)
         off1 = log_offset(on)
         v_fut = pool.submit(post_generate, on, prompt("abort-decode", 100), G, rid="abort-decode")
-        wait_decoding(on, off1, running=2, steps=5)
+        wait_decoding(on, off1, before=v_fut)
+        off2 = log_offset(on)
+        b2_ids, b2_fut = _start_bystander(pool, on, "bystander-abort-decode", ref)
+        wait_decoding(on, off2, running=2, steps=5, before=v_fut)
         _abort(on, "abort-decode")
         v2 = v_fut.result()
         b2_out = b2_fut.result()["output_ids"]
