@@ -298,14 +298,10 @@ def test_lazy_is_the_default_of_the_flag_and_of_the_cache_params():
     assert RECLAIM_POLICIES[0] == "lazy"
 
 
-@pytest.mark.parametrize("swa_pool", [800, 1000])
-def test_a_queued_sibling_hits_what_lazy_keeps_and_auto_or_eager_free(swa_pool):
-    """A (900 tokens, chunks of 256) and B (A's first 700 tokens + 200 own) arrive together; B is
-    admitted once A's chunked prefill is done. Under lazy, A's cold SWA below its islands is the
-    most recently used and survives the evictions of A's own chunks: B hits all 700 shared tokens.
-    ``auto`` at these pools (free SWA below one chunk at A's commits) frees it at the commit and
-    keeps A's chunk islands: B hits the one at 512. ``eager`` keeps only A's prompt-end island
-    (900, past the divergence): B hits nothing."""
+def _sibling_hits(swa_pool, arrival):
+    """A (900 tokens, chunks of 256) and B (A's first 700 tokens + 200 own): B's hit and whether
+    A's commits freed SWA, per reclaim policy. ``arrival``: B queues together with A (admitted
+    once A's chunked prefill is done) or after A has finished."""
     hits = {}
     for reclaim in ("lazy", "auto", "eager"):
         stack = build_stack(window=32, chunk=256, full_pool=65536, swa_pool=swa_pool,
@@ -314,12 +310,44 @@ def test_a_queued_sibling_hits_what_lazy_keeps_and_auto_or_eager_free(swa_pool):
         a = random_prompt(rng, 900)
         b = a[:700] + random_prompt(rng, 200)
         sched = MiniScheduler(stack, max_running=4)
-        ra, rb = sched.submit("a", a, 40), sched.submit("b", b, 40)
+        ra = sched.submit("a", a, 40)
+        if arrival == "after":
+            sched.run(after_step=lambda: check_invariants(stack, sched.running))
+        rb = sched.submit("b", b, 40)
         sched.run(after_step=lambda: check_invariants(stack, sched.running))
         assert ra.cached_tokens == 0
         hits[reclaim] = (rb.cached_tokens, stack.tree.stats.freed_at_commit > 0)
         baseline(stack)
-    assert hits == {"lazy": (700, False), "auto": (512, True), "eager": (0, True)}
+    return hits
+
+
+@pytest.mark.parametrize("swa_pool", [800, 1000])
+def test_a_sibling_arriving_later_hits_what_lazy_keeps_and_auto_or_eager_free(swa_pool):
+    """B arrives after A finished. Under lazy, A's cold SWA below its islands is the most
+    recently used and survived the evictions of A's own chunks: B hits all 700 shared tokens.
+    ``auto`` at these pools (free SWA below one chunk at A's commits) freed it at the commit and
+    kept A's chunk islands: B hits the one at 512. ``eager`` kept only A's prompt-end island
+    (900, past the divergence): B hits nothing."""
+    assert _sibling_hits(swa_pool, "after") == {
+        "lazy": (700, False), "auto": (512, True), "eager": (0, True)}
+
+
+@pytest.mark.parametrize("refresh", [True, False])
+def test_a_sibling_queued_behind_a_prefill_keeps_its_hit_along_the_commits_under_every_policy(
+    refresh, monkeypatch
+):
+    """B queues together with A: each of A's chunk commits refreshes B's queued hit along A's
+    fresh path (``_refresh_queued_hits``), so its window is kept at the commit (eager, auto) and
+    by eviction (lazy) and B hits all 700 shared tokens under every policy. Without the refresh
+    (control), B's queued hit stays the root and the policies differ as for a later arrival."""
+    if not refresh:
+        from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandRadixCache
+
+        monkeypatch.setattr(SWAIslandRadixCache, "_refresh_queued_hits", lambda self, node: None)
+    want = {"lazy": (700, False), "auto": (700, True), "eager": (700, True)}
+    if not refresh:
+        want = {"lazy": (700, False), "auto": (512, True), "eager": (0, True)}
+    assert _sibling_hits(800, "with") == want
 
 
 @pytest.mark.parametrize("reclaim", ["eager", "lazy", "auto"])

@@ -88,7 +88,8 @@ def test_a_queued_follow_up_keeps_its_hit_while_a_cold_request_ahead_of_it_prefi
     sched.submit("cold", random_prompt(rng, 600), 8)
     b = sched.submit("b", transcript(a) + random_prompt(rng, 40), 8)
     if hook == "islands":
-        assert dict(stack.tree._queued_hits) == {b: stack.tree._queued_hits[b]}
+        root = stack.tree.root_node  # the cold request has nothing to hit (yet)
+        assert [n is root for n in stack.tree._queued_hits.values()] == [True, False]
     sched.run(after_step=lambda: check_invariants(stack, sched.running))
     assert sched.retractions == 0
     assert b.cached_tokens == (315 if hook == "islands" else 0)
@@ -135,7 +136,7 @@ def test_a_queued_hit_lasts_from_arrival_to_the_first_commit_or_until_the_reques
     (done,) = finished_transcripts(stack, sched, rng, 1, prompt_len=300)
     tree = stack.tree
     cold = sched.submit("cold", random_prompt(rng, 300), 4)
-    assert cold not in tree._queued_hits  # nothing to hit: no entry
+    assert tree._queued_hits[cold] is tree.root_node  # nothing to hit: no window kept
     b = sched.submit("b", transcript(done) + random_prompt(rng, 20), 4)
     assert end_of(tree, tree._queued_hits[b]) == in_tree(done)  # the transcript's end
     # admitted (locks its match) and committed: the entry is gone
@@ -185,4 +186,34 @@ def test_the_base_cache_ignores_queued_requests():
     assert not hasattr(stack.tree, "_queued_hits")
     sched.run()
     assert b.cached_tokens == in_tree(done)
+    baseline(stack)
+
+
+def test_a_commit_refreshes_the_queued_hits_that_continue_along_its_path():
+    """A cold 600-token request P prefills in chunks of 128; behind it queue S (P's first 300
+    tokens + its own), X (unrelated) and T (P's first 500 + its own), with nothing to hit yet.
+    Each of P's commits re-matches only the queued requests whose tokens continue along P's fresh
+    path: S's and T's queued hits move down P's path (S's stops at 300, where it leaves it), X's
+    stays the root; the arrival order is kept. S and T then hit what they share with P."""
+    stack = build_stack(window=32, chunk=128, full_pool=16384, swa_pool=8192, reclaim="lazy")
+    rng = random.Random(8)
+    sched = MiniScheduler(stack, max_running=1)  # S, X, T wait until P has finished
+    p_ids = random_prompt(rng, 600)
+    p = sched.submit("p", p_ids, 4)
+    s = sched.submit("s", p_ids[:300] + random_prompt(rng, 50), 4)
+    x = sched.submit("x", random_prompt(rng, 80), 4)
+    t = sched.submit("t", p_ids[:500] + random_prompt(rng, 50), 4)
+    tree = stack.tree
+    assert [tree._queued_hits[r] is tree.root_node for r in (s, x, t)] == [True] * 3
+    ends = []
+    while p.req_pool_idx is None or len(p.output_ids) == 0:
+        sched.step()
+        check_invariants(stack, sched.running)
+        ends.append(tuple(end_of(tree, tree._queued_hits[r]) for r in (s, x, t)))
+    assert list(tree._queued_hits) == [s, x, t]
+    # after the commits of 128, 256, 384, 512 and the last chunk (600)
+    assert ends[-1] == (300, 0, 500), ends
+    assert ends[0] == (0, 0, 0) and (128, 0, 128) in ends, ends
+    sched.run(after_step=lambda: check_invariants(stack, sched.running))
+    assert (s.cached_tokens, x.cached_tokens, t.cached_tokens) == (300, 0, 500)
     baseline(stack)

@@ -223,11 +223,36 @@ class SWAIslandRadixCache(SWARadixCache):
         # the cold tier but before every other window
         self._retention_marks: "weakref.WeakSet[TreeNode]" = weakref.WeakSet()
         self._latest_island: Dict[str, TreeNode] = {}
-        # queued hits: the match end each waiting request would hit, from its arrival until its
-        # first commit (weak keys: a request dropped from the queue drops its entry)
+        # queued hits: the match end each waiting request would hit (the root: none yet), in
+        # arrival order, from its arrival until its first commit (weak keys: a request dropped
+        # from the queue drops its entry); and the same by node, for the refresh at a commit
         self._queued_hits: "weakref.WeakKeyDictionary[Req, TreeNode]" = (
             weakref.WeakKeyDictionary()
         )
+        self._queued_at: "weakref.WeakKeyDictionary[TreeNode, weakref.WeakSet[Req]]" = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # ---- locks --------------------------------------------------------------------------------
+
+    def inc_match_lock_ref(self, node: TreeNode):
+        """Admission's lock on a prefix match SWA-locks one window, page-rounded up (the tokens a
+        request reads before its first new one), splitting the live node it would cross, instead
+        of whole nodes until a window is covered (``inc_lock_ref``'s default, kept for commits).
+
+        A match may end deep inside a long cold node (a sibling's fresh prompt, an old
+        transcript); locking all of it would take its cold tokens out of what admission counts as
+        evictable. Example: window_left 32, page 1, a match ending 300 tokens into a live node:
+        the node is split and 32 tokens are SWA-locked, not 300.
+        """
+        if self.disable:
+            return super().inc_match_lock_ref(node)
+        return self.inc_lock_ref(node, swa_lock_len=self.window_lock_len)
+
+    @property
+    def window_lock_len(self) -> int:
+        """``window_left`` rounded up to whole pages: the SWA a match lock takes."""
+        return -(-self.sliding_window_size // self.page_size) * self.page_size
 
     # ---- inserts ------------------------------------------------------------------------------
 
@@ -256,23 +281,69 @@ class SWAIslandRadixCache(SWARadixCache):
         """
         if self.disable or req.swa_evict_floor > 0:
             return
+        self._drop_queued(req)  # a retracted request queues again, at the end
+        self._set_queued(req, self._match_queued(req))
+
+    def _match_queued(self, req: Req) -> TreeNode:
         token_ids = req.origin_input_ids + req.output_ids
         key = RadixKey(
             token_ids,
             req.extra_key,
             limit=req._compute_max_prefix_len(len(token_ids)),
         )
-        node = self.match_prefix(MatchPrefixParams(key=key)).last_device_node
-        self._queued_hits.pop(req, None)  # a retracted request queues again, at the end
-        if node is not self.root_node:
-            self._queued_hits[req] = node
+        return self.match_prefix(MatchPrefixParams(key=key)).last_device_node
+
+    def _set_queued(self, req: Req, node: TreeNode) -> None:
+        old = self._queued_hits.get(req)
+        if old is not None and old in self._queued_at:
+            self._queued_at[old].discard(req)
+        self._queued_hits[req] = node  # an update keeps the request's place in arrival order
+        self._queued_at.setdefault(node, weakref.WeakSet()).add(req)
+
+    def _drop_queued(self, req: Req) -> None:
+        node = self._queued_hits.pop(req, None)
+        if node is not None and node in self._queued_at:
+            self._queued_at[node].discard(req)
+
+    def _refresh_queued_hits(self, last_node: TreeNode) -> None:
+        """A commit made root..``last_node`` live: a waiting request whose queued hit lies on that
+        path and whose tokens continue along it matches again, so the deeper hit it now has (a
+        sibling's fresh prompt: an edit of the same transcript, the next question on the same
+        document) is a queued hit before eviction can take it as cold.
+
+        Costs a dict lookup per node of the path, plus one match per request that does continue.
+        """
+        if not self._queued_at:
+            return
+        path = self._path(last_node)
+        for parent, child, start in zip([self.root_node] + path[:-1], path, self._starts(path)):
+            waiting = self._queued_at.get(parent)
+            if not waiting:
+                continue
+            for req in list(waiting):
+                tokens = req.origin_input_ids + req.output_ids
+                if len(tokens) < start + self.page_size:
+                    continue
+                first = RadixKey(tokens[start : start + self.page_size], req.extra_key)
+                if parent.children.get(first.child_key(self.page_size)) is child:
+                    self._set_queued(req, self._match_queued(req))
+
+    @staticmethod
+    def _starts(path: List[TreeNode]) -> List[int]:
+        """Start position of every node of ``path`` (root's child first)."""
+        starts, pos = [], 0
+        for node in path:
+            starts.append(pos)
+            pos += len(node.key)
+        return starts
 
     def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
-        self._queued_hits.pop(req, None)
+        self._drop_queued(req)
         if self.disable or req.swa_evict_floor > 0:
             return super().cache_unfinished_req(req, chunked=chunked)
         frontier = self.chunk_frontier(req, chunked)
         self._commit_prefix(req, req.get_fill_ids(), swa_lock_from=frontier)
+        self._refresh_queued_hits(req.last_node)
         # the prompt's last island stays a match end; unless reclaim is eager (the seed's
         # behaviour), every chunk island stays one too, as a retention point every cp tokens
         # where a later request diverging inside the prompt can still end its match
@@ -287,7 +358,7 @@ class SWAIslandRadixCache(SWARadixCache):
         """Upstream's finish; the end of the inserted transcript stays a match end after a later
         turn extends it (the point an edited or regenerated next turn branches from)."""
         self._unmark_latest(req)
-        self._queued_hits.pop(req, None)
+        self._drop_queued(req)
         key = None
         if is_insert and not self.disable and req.swa_evict_floor == 0:
             token_ids = (req.origin_input_ids + req.output_ids)[: req._cache_commit_len()]
@@ -348,6 +419,7 @@ class SWAIslandRadixCache(SWARadixCache):
             swa_evicted_seqlen=req.swa_evicted_seqlen,
             swa_lock_from=island_start,
         )
+        self._refresh_queued_hits(req.last_node)
         self._mark_island(req, permanent=False)
         self._reclaim_below(req.last_node, frontier)
         self.stats.decode_islands += 1
@@ -432,7 +504,11 @@ class SWAIslandRadixCache(SWARadixCache):
         return x.parent
 
     def _keep_all(self) -> Keep:
-        return Keep(retention=True, others=True, queued=frozenset(self._queued_hits.values()))
+        return Keep(retention=True, others=True, queued=frozenset(self._queued_hit_nodes()))
+
+    def _queued_hit_nodes(self) -> List[TreeNode]:
+        """Queued hits' match ends, in arrival order (no root: a request with nothing to hit)."""
+        return [n for n in dict.fromkeys(self._queued_hits.values()) if n is not self.root_node]
 
     def eviction_passes(self) -> List[Keep]:
         """What each pass of SWA eviction keeps, in order: every window (the pass takes cold
@@ -440,7 +516,7 @@ class SWAIslandRadixCache(SWARadixCache):
         then of the earliest queued half, quarter, ... of them (the first come is admitted next).
         Passes that would keep what the previous one kept are left out. After them, upstream's
         LRU eviction over everything unlocked."""
-        queued = list(dict.fromkeys(self._queued_hits.values()))  # in arrival order
+        queued = self._queued_hit_nodes()
         every = frozenset(queued)
         passes = [Keep(retention=True, others=True, queued=every)]
         if self._retention_marks:
