@@ -37,8 +37,10 @@ Units are tokens; positions are 0-based positions in one request's sequence.
   a prompt: a retention point every ``cp`` tokens, whose window is reclaimed after the cold tier
   but before any other window (it serves only a request diverging inside that prompt).
 - queued hit: the match end a waiting request would hit, found when it joins the waiting queue
-  (:meth:`SWAIslandRadixCache.on_request_queued`) and kept until its first commit; its window is
-  reclaimed after every other window, the latest queued request's first.
+  (:meth:`SWAIslandRadixCache.on_request_queued`), moved down a committed path that the request's
+  tokens continue along (:meth:`SWAIslandRadixCache._refresh_queued_hits`) and kept until its
+  first commit; its window is reclaimed after every other window, the latest queued request's
+  first.
 - window tail: the tokens at the end of a live node inside the live window of a match end at or
   below it; the rest of the node, and every live SWA-unlocked node without one, is cold.
 - tombstone: a node whose SWA KV is freed while its full KV stays, so matching walks through it.
@@ -49,14 +51,16 @@ Reclaim of the SWA below a new island (``--swa-islands-reclaim``):
   like any evictable SWA); ``evict`` frees cold tokens first (nodes in least recently used order,
   a node with a window tail split first), then retention windows the same way, then the other
   windows but queued hits', then queued hits' (:meth:`SWAIslandRadixCache.eviction_passes`).
-- ``eager``: the cold tokens on the request's path below ``t`` are tombstoned at the insert. They
-  are the most recently used cold tokens, the ones a sibling request queued behind this one (an
-  edit of the same conversation, the next question on the same document) would hit.
+- ``eager``: the cold tokens on the request's path below ``t`` are tombstoned at the insert, but
+  queued hits' windows. They are the most recently used cold tokens, the ones a sibling arriving
+  later (an edit of the same conversation, the next question on the same document) would hit.
 - ``auto``: eager while the free SWA pool is below :func:`reclaim_watermark`, else lazy.
 
-Admission (``PrefillAdder``) keeps free, beside each new prefill chunk, the SWA the running
-batch's next decode step allocates (:meth:`SWAIslandRadixCache.swa_admission_reserve`): under the
-overlap scheduler that step is scheduled before the chunk is committed.
+Admission's lock on a prefix match (``inc_match_lock_ref``) SWA-locks one window of it, page-rounded
+up, so the cold tokens before a match end stay evictable. Admission (``PrefillAdder``) keeps free,
+beside each new prefill chunk, the SWA the running batch's next decode step allocates
+(:meth:`SWAIslandRadixCache.swa_admission_reserve`): under the overlap scheduler that step is
+scheduled before the chunk is committed.
 
 A diverging request's insert revives tombstoned nodes of the shared path from its own KV
 (``_insert_helper``), so the window before a junction is live after the insert even where the
