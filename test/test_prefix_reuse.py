@@ -158,6 +158,26 @@ def test_eviction_takes_the_cold_tier_before_any_window():
     baseline(stack)
 
 
+def test_evicting_everything_evictable_skips_the_passes():
+    """An eviction of at least all evictable SWA keeps nothing: it is upstream's LRU walk, which
+    creates no node (no window tail is split first), frees every evictable token and counts it as
+    window reclaim; an eviction of one token less takes the passes and splits window tails."""
+    from sglang.srt.mem_cache.swa_radix_cache import TreeNode
+
+    for less in (0, 1):
+        stack, sched, docs, rng = _fanout_tree("lazy")
+        tree = stack.tree
+        created, evictable = TreeNode.counter, tree.swa_evictable_size()
+        tree.evict(EvictParams(num_tokens=0, swa_num_tokens=evictable - less))
+        check_invariants(stack, [])
+        if less == 0:
+            assert TreeNode.counter == created and tree.swa_evictable_size() == 0
+            assert (tree.stats.reclaimed_cold, tree.stats.reclaimed_window) == (0, evictable)
+        else:
+            assert TreeNode.counter > created and tree.stats.reclaimed_cold > 0
+        baseline(stack)
+
+
 def test_junction_windows_survive_losing_the_whole_cold_tier():
     """Evicting exactly the cold tier leaves the windows only: each document's junction window
     and, per request, the windows before its prompt end and its finished tail. A new question on

@@ -182,7 +182,9 @@ class Keep:
 
 @dataclasses.dataclass
 class IslandStats:
-    """Totals of the island path (see ``SWAHoldStats``)."""
+    """Totals of the island path (see ``SWAHoldStats``), in tokens. ``reclaimed_cold``: what
+    eviction took in its first pass (outside every window); ``reclaimed_window``: in the later
+    passes, and in an eviction of everything evictable (which keeps nothing)."""
 
     chunk_islands: int = 0
     decode_islands: int = 0
@@ -298,16 +300,19 @@ class SWAIslandRadixCache(SWARadixCache):
         return self.match_prefix(MatchPrefixParams(key=key)).last_device_node
 
     def _set_queued(self, req: Req, node: TreeNode) -> None:
-        old = self._queued_hits.get(req)
-        if old is not None and old in self._queued_at:
-            self._queued_at[old].discard(req)
+        self._unindex_queued(req, self._queued_hits.get(req))
         self._queued_hits[req] = node  # an update keeps the request's place in arrival order
         self._queued_at.setdefault(node, weakref.WeakSet()).add(req)
 
     def _drop_queued(self, req: Req) -> None:
-        node = self._queued_hits.pop(req, None)
-        if node is not None and node in self._queued_at:
-            self._queued_at[node].discard(req)
+        self._unindex_queued(req, self._queued_hits.pop(req, None))
+
+    def _unindex_queued(self, req: Req, node: Optional[TreeNode]) -> None:
+        waiting = self._queued_at.get(node) if node is not None else None
+        if waiting is not None:
+            waiting.discard(req)
+            if not waiting:
+                del self._queued_at[node]
 
     def _refresh_queued_hits(self, last_node: TreeNode) -> None:
         """A commit made root..``last_node`` live: a waiting request whose queued hit lies on that
@@ -561,7 +566,13 @@ class SWAIslandRadixCache(SWARadixCache):
 
     def _evict_swa(self, swa_num_tokens: int):
         """The passes of :meth:`eviction_passes`, each over nodes in least recently used order;
-        then everything else in upstream's LRU order."""
+        then everything else in upstream's LRU order. An eviction of at least all evictable SWA
+        (``/flush_cache``-like, or a pool that needs everything) keeps nothing, so it goes straight
+        to upstream's walk: the passes would only split nodes that are evicted next."""
+        if swa_num_tokens >= self.swa_evictable_size_:
+            full_evicted, swa_evicted = super()._evict_swa(swa_num_tokens)
+            self.stats.reclaimed_window += swa_evicted
+            return full_evicted, swa_evicted
         full_evicted = swa_evicted = 0
         for i, keep in enumerate(self.eviction_passes()):
             if swa_evicted >= swa_num_tokens:
