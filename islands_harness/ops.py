@@ -1,0 +1,158 @@
+"""Operating a running server over HTTP: greedy requests, load and idleness, /flush_cache, /metrics
+samples, the pool gauges read the same way every time, and a raw streaming client whose
+connection can be killed mid-request. Used by the server tests and ``benchmarks/soak.py``.
+
+    from islands_harness.ops import post_generate, wait_idle, pool_snapshot
+    out = post_generate(srv, [5, 6, 7], 8)["output_ids"]
+    wait_idle(srv); snap = pool_snapshot(srv)   # {gauge: tokens}
+
+Failures raise ``ServerError`` (a non-200 answer, a server that does not go idle, a stream that
+ends early); ``mval`` raises ``KeyError`` for a metric that is not exported.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import struct
+import time
+from typing import Any, Sequence
+
+import requests
+
+from islands_harness.server import ServerError, SglangServer
+
+REQ_TIMEOUT_S = 600
+IDLE_TIMEOUT_S = 180
+
+TICK_IDS = list(range(5, 13))  # 8 tokens < w + p: never an island
+TICK_NEW = 4
+POOL_GAUGES = (
+    "sglang:kv_available_tokens", "sglang:kv_evictable_tokens", "sglang:kv_used_tokens",
+    "sglang:swa_available_tokens", "sglang:swa_evictable_tokens", "sglang:swa_used_tokens",
+)
+
+
+def post_generate(srv: SglangServer, ids: Sequence[int], n: int, *, rid: str | None = None,
+                  extra_key: str | None = None, timeout: float = REQ_TIMEOUT_S) -> dict:
+    body: dict[str, Any] = {"input_ids": list(ids), "sampling_params": {
+        "temperature": 0, "max_new_tokens": n, "ignore_eos": True}}
+    if rid is not None:
+        body["rid"] = rid
+    if extra_key is not None:
+        body["extra_key"] = extra_key
+    r = requests.post(f"{srv.base_url}/generate", json=body, timeout=timeout)
+    if r.status_code != 200:
+        raise ServerError(f"/generate -> {r.status_code}: {r.text[:300]}")
+    return r.json()
+
+
+def flush(srv: SglangServer, timeout_q: float | None = None) -> requests.Response:
+    url = f"{srv.base_url}/flush_cache" + (f"?timeout={timeout_q}" if timeout_q else "")
+    return requests.post(url, timeout=REQ_TIMEOUT_S)
+
+
+def flush_ok(srv: SglangServer) -> None:
+    """Flush once the scheduler is fully idle. A plain /flush_cache right after the last response
+    can still find the overlap scheduler's last batch in place (is_fully_idle() false) and answer
+    400, so this uses the deferred form (?timeout=), which flushes as soon as it is idle."""
+    r = flush(srv, timeout_q=IDLE_TIMEOUT_S)
+    if r.status_code != 200:
+        raise ServerError(f"/flush_cache?timeout= on an idle server -> {r.status_code}: {r.text}")
+
+
+def get_load(srv: SglangServer) -> dict:
+    r = requests.get(f"{srv.base_url}/get_load", timeout=60)
+    r.raise_for_status()
+    return r.json()[0]
+
+
+def wait_idle(srv: SglangServer, timeout: float = IDLE_TIMEOUT_S) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        load = get_load(srv)
+        if load["num_reqs"] == 0 and load["num_waiting_reqs"] == 0:
+            return load
+        if time.monotonic() > deadline:
+            raise ServerError(f"server not idle after {timeout} s: {load}")
+        time.sleep(0.2)
+
+
+_SAMPLE = re.compile(r"^([^\s{]+)(?:\{(.*)\})?\s+(\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def scrape(srv: SglangServer) -> list[tuple[str, dict[str, str], float]]:
+    """/metrics as (name, labels, value) samples."""
+    r = requests.get(f"{srv.base_url}/metrics", timeout=60)
+    r.raise_for_status()
+    out = []
+    for line in r.text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m:
+            out.append((m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))))
+    return out
+
+
+def mval(samples, metric: tuple[str, dict] | str, default: float | None = None) -> float:
+    """Sum of the samples of a metric whose labels include the given ones."""
+    name, labels = (metric, {}) if isinstance(metric, str) else metric
+    vals = [v for n, lab, v in samples
+            if n == name and all(lab.get(k) == x for k, x in labels.items())]
+    if not vals:
+        if default is None:
+            raise KeyError(f"{name}{labels or ''} is not in /metrics")
+        return default
+    return sum(vals)
+
+
+def tick(srv: SglangServer) -> None:
+    """A short request: its decode steps push the island metrics of everything before it."""
+    post_generate(srv, TICK_IDS, TICK_NEW)
+
+
+def pool_snapshot(srv: SglangServer, settle_s: float = 60.0) -> dict[str, float]:
+    """Pool gauges read the same way every time: flush, one tick, scrape once the gauges show the
+    tick finished (nothing in use). The gauges are published by scheduler steps, so a scrape right
+    after the tick's response can still show its last decode step (its tokens in use, not yet
+    cached); the idle scheduler publishes the finished state shortly after."""
+    flush_ok(srv)
+    tick(srv)
+    deadline = time.monotonic() + settle_s
+    while True:
+        s = scrape(srv)
+        snap = {name: mval(s, name) for name in POOL_GAUGES}
+        in_use = snap.get("sglang:kv_used_tokens", 0) + snap.get("sglang:swa_used_tokens", 0)
+        if in_use == 0 or time.monotonic() > deadline:
+            return snap
+        time.sleep(0.2)
+
+
+def open_request(srv: SglangServer, ids: Sequence[int], n: int, rid: str, *,
+                 stream: bool) -> socket.socket:
+    """POST /generate on a raw socket, so the test can kill the connection mid-request."""
+    body = json.dumps({"input_ids": list(ids), "rid": rid, "stream": stream, "sampling_params": {
+        "temperature": 0, "max_new_tokens": n, "ignore_eos": True}}).encode()
+    s = socket.create_connection((srv.host, srv.port), timeout=REQ_TIMEOUT_S)
+    s.sendall(b"POST /generate HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % (srv.host.encode(), srv.port, len(body)) + body)
+    return s
+
+
+def read_events(s: socket.socket, k: int) -> int:
+    buf = b""
+    while buf.count(b"data:") < k:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise ServerError(f"stream ended after {buf.count(b'data:')} events")
+        buf += chunk
+    return buf.count(b"data:")
+
+
+def kill_connection(s: socket.socket) -> None:
+    """Close with RST (SO_LINGER 0), as a killed client would."""
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()

@@ -1,0 +1,84 @@
+"""``benchmarks/soak.py --quick`` on the real CPU server with islands on: the seeded mix runs every
+kind of traffic and fault, and every check passes (0 mismatches against transformers, 0 leaks, no
+traceback, no 5xx, every malformed request answered 400). And the checks themselves catch what
+they are for: a wrong output, a malformed request answered otherwise, a pool that did not come
+back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from islands_harness.server import REPO_ROOT
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("soak") / "soak.json"
+    p = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "soak.py"), "--quick",
+                        "--json", str(out)], cwd=REPO_ROOT, capture_output=True, text=True,
+                       timeout=1800)
+    assert out.exists(), p.stdout[-3000:] + p.stderr[-3000:]
+    return p.returncode, json.loads(out.read_text()), p.stdout
+
+
+def test_the_quick_soak_passes_every_check(quick_report):
+    rc, rep, stdout = quick_report
+    assert rep["failures"] == [] and rc == 0, (rep["failures"], stdout[-2000:])
+    assert rep["alive"] and rep["mismatch_count"] == 0 and rep["leaks"] == 0
+    assert rep["tracebacks"] == 0 and rep["http_5xx"] == 0
+    assert rep["outputs_checked"] >= 50
+    assert all(p["pools_at_baseline"] for p in rep["idle_points"])
+    assert len(rep["idle_points"]) >= 4  # boot, two or more in between, end
+
+
+def test_the_quick_soak_exercises_every_kind_of_traffic_and_fault(quick_report):
+    _, rep, _ = quick_report
+    req = rep["requests"]
+    for kind in ("fanout", "turn", "edit", "long", "stream", "disconnect", "abort"):
+        assert req.get(kind, 0) > 0, (kind, req)
+    assert req.get("malformed_400", 0) > 0 and not any(
+        k.startswith("malformed_") and k != "malformed_400" for k in req), req
+    assert req.get("flush_200", 0) + req.get("flush_400", 0) > 0, req
+    assert rep["aborted_before_finishing"] > 0 and rep["abort_prefixes_checked"] > 0
+    assert rep["retractions"] > 0, "the pools never forced a retraction"
+
+
+def test_the_checks_catch_a_wrong_output_a_wrong_status_and_a_leak():
+    """The report logic on outcomes it must reject (the oracle is real transformers)."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import soak
+    from islands_harness.hf_oracle import greedy_decode_one
+    from islands_harness.tiny_model import build_tiny_model
+
+    model = build_tiny_model(window=soak.WINDOW)
+    ids = list(range(10, 60))
+    good = greedy_decode_one(model, ids, 8)
+    s = soak.Soak.__new__(soak.Soak)
+    s.model_dir, s.progress, s.failures = model, lambda m: None, []
+    s._checked_upto, s._ref, s._check = 0, {}, {"mismatches": [], "checked": 0, "prefixes": 0}
+    s.cfg = soak.SoakConfig()
+    s.traffic = soak.Traffic(500, 0)
+    s.idle_points = [{"rss_mib": 100.0, "pools_at_baseline": True, "retractions": 0.0},
+                     {"rss_mib": 300.0, "pools_at_baseline": False, "retractions": 0.0}]
+    s.srv = type("S", (), {"extra_args": [], "peak_rss_bytes": 0})()
+    for o in (soak.Outcome("turn", ids, 8, 200, good, "length"),
+              soak.Outcome("edit", ids, 8, 200, good[:7] + [good[7] + 1], "length"),
+              soak.Outcome("abort", ids, 8, 200, good[:3], "abort"),
+              soak.Outcome("abort", ids, 8, 200, [good[0] + 1], "abort"),
+              soak.Outcome("malformed_200", [], 0, 200, error="negative_id"),
+              soak.Outcome("long", ids, 8, 503, error="Service Unavailable")):
+        s.traffic.record(o)
+    rep = s.report(alive=True, log="Traceback (most recent call last):\n  boom\n", wall_s=1.0)
+    assert rep["outputs_checked"] == 2 and rep["abort_prefixes_checked"] == 2
+    assert [m["first_diff"] for m in rep["mismatches"]] == [7, 0]
+    text = "\n".join(rep["failures"])
+    for needle in ("traceback", "2 output(s) differ", "not answered 400", "5xx",
+                   "RSS grew from 100.0 to 300.0"):
+        assert needle in text, (needle, rep["failures"])
+    assert rep["leaks"] == 1 and not rep["passed"]
