@@ -8,7 +8,7 @@ and throughput checked at idle points in between.
     .venv/bin/python benchmarks/soak.py --quick --islands off    # the same soak with islands off
 
 Server: page 1, chunked prefill 128, the tiny model's context (4096), ``--max-running-requests 8``
-(clients: 12), a full pool of 3,000 tokens and an SWA pool of 20% of it (600 tokens: a chunk plus
+(clients: 12), a full pool of 2,400 tokens and an SWA pool of 20% of it (480 tokens: a chunk plus
 eight islands fit; upstream's hold of a chunk per request does not), ``--swa-full-tokens-ratio 0.2``,
 ``SGLANG_INIT_NEW_TOKEN_RATIO=0.05`` (admission over-commits, so decode runs out of KV and
 retracts), ``SGLANG_DEBUG_MEMORY_POOL=1`` (the allocator's double-free and bounds checks),
@@ -84,7 +84,7 @@ from islands_harness.server import (  # noqa: E402
 )
 
 WINDOW = 32
-FULL_POOL = 3000
+FULL_POOL = 2400
 SWA_RATIO = 0.2
 MAX_RUNNING = 8
 CONTEXT = 4096
@@ -261,7 +261,7 @@ class Client:
         self.generate("long", self.ids(self.rng.randint(500, 1500)), self.rng.randint(4, 16))
 
     def do_stream(self) -> None:
-        ids, n = self.ids(self.rng.randint(40, 400)), self.rng.randint(16, 64)
+        ids, n = self.ids(self.rng.randint(40, 400)), self.rng.randint(64, 256)
         req = StreamingRequest(self.url, ids, n, timeout=REQUEST_TIMEOUT_S, name=self.rid())
         o = Outcome("stream", ids, n)
         try:
