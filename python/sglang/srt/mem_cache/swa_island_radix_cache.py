@@ -231,13 +231,15 @@ class SWAIslandRadixCache(SWARadixCache):
         self._latest_island: Dict[str, TreeNode] = {}
         # queued hits: the match end each waiting request would hit (the root: none yet), in
         # arrival order, from its arrival until its first commit (weak keys: a request dropped
-        # from the queue drops its entry); and the same by node, for the refresh at a commit
+        # from the queue drops its entry); and, for the refresh at a commit, the same by node and
+        # by the child key of the request's next page after it (the edge it would continue on)
         self._queued_hits: "weakref.WeakKeyDictionary[Req, TreeNode]" = (
             weakref.WeakKeyDictionary()
         )
-        self._queued_at: "weakref.WeakKeyDictionary[TreeNode, weakref.WeakSet[Req]]" = (
+        self._queued_at: "weakref.WeakKeyDictionary[TreeNode, Dict[object, weakref.WeakSet]]" = (
             weakref.WeakKeyDictionary()
         )
+        self._queued_edge: "weakref.WeakKeyDictionary[Req, tuple]" = weakref.WeakKeyDictionary()
 
     # ---- locks --------------------------------------------------------------------------------
 
@@ -288,63 +290,59 @@ class SWAIslandRadixCache(SWARadixCache):
         if self.disable or req.swa_evict_floor > 0:
             return
         self._drop_queued(req)  # a retracted request queues again, at the end
-        self._set_queued(req, self._match_queued(req))
+        self._queue_match(req)
 
-    def _match_queued(self, req: Req) -> TreeNode:
+    def _queue_match(self, req: Req) -> None:
+        """Match ``req`` and make the match end its queued hit (the root if nothing matches),
+        indexed under the edge its next page would continue on."""
         token_ids = req.origin_input_ids + req.output_ids
         key = RadixKey(
             token_ids,
             req.extra_key,
             limit=req._compute_max_prefix_len(len(token_ids)),
         )
-        return self.match_prefix(MatchPrefixParams(key=key)).last_device_node
-
-    def _set_queued(self, req: Req, node: TreeNode) -> None:
-        self._unindex_queued(req, self._queued_hits.get(req))
+        result = self.match_prefix(MatchPrefixParams(key=key))
+        node, hit = result.last_device_node, len(result.device_indices)
+        self._unindex_queued(req)
         self._queued_hits[req] = node  # an update keeps the request's place in arrival order
-        self._queued_at.setdefault(node, weakref.WeakSet()).add(req)
+        # the child key the tree files the request's next page under (bigram keys need one more)
+        nxt = token_ids[hit : hit + self.page_size + (1 if self.is_eagle else 0)]
+        if len(nxt) >= self.page_size + (1 if self.is_eagle else 0):
+            edge = RadixKey(nxt, req.extra_key, is_bigram=self.is_eagle).child_key(self.page_size)
+            self._queued_at.setdefault(node, {}).setdefault(edge, weakref.WeakSet()).add(req)
+            self._queued_edge[req] = (node, edge)
 
     def _drop_queued(self, req: Req) -> None:
-        self._unindex_queued(req, self._queued_hits.pop(req, None))
+        self._unindex_queued(req)
+        self._queued_hits.pop(req, None)
 
-    def _unindex_queued(self, req: Req, node: Optional[TreeNode]) -> None:
-        waiting = self._queued_at.get(node) if node is not None else None
-        if waiting is not None:
-            waiting.discard(req)
-            if not waiting:
+    def _unindex_queued(self, req: Req) -> None:
+        node, edge = self._queued_edge.pop(req, (None, None))
+        by_edge = self._queued_at.get(node) if node is not None else None
+        if by_edge is not None and edge in by_edge:
+            by_edge[edge].discard(req)
+            if not by_edge[edge]:
+                del by_edge[edge]
+            if not by_edge:
                 del self._queued_at[node]
 
     def _refresh_queued_hits(self, last_node: TreeNode) -> None:
         """A commit made root..``last_node`` live: a waiting request whose queued hit lies on that
-        path and whose tokens continue along it matches again, so the deeper hit it now has (a
-        sibling's fresh prompt: an edit of the same transcript, the next question on the same
+        path and whose next page continues along it matches again, so the deeper hit it now has
+        (a sibling's fresh prompt: an edit of the same transcript, the next question on the same
         document) is a queued hit before eviction can take it as cold.
 
-        Costs a dict lookup per node of the path, plus one match per request that does continue.
+        Costs two dict lookups per node of the path, plus one match per request that continues.
         """
         if not self._queued_at:
             return
-        path = self._path(last_node)
-        for parent, child, start in zip([self.root_node] + path[:-1], path, self._starts(path)):
-            waiting = self._queued_at.get(parent)
-            if not waiting:
+        for child in self._path(last_node):
+            by_edge = self._queued_at.get(child.parent)
+            if not by_edge:
                 continue
-            for req in list(waiting):
-                tokens = req.origin_input_ids + req.output_ids
-                if len(tokens) < start + self.page_size:
-                    continue
-                first = RadixKey(tokens[start : start + self.page_size], req.extra_key)
-                if parent.children.get(first.child_key(self.page_size)) is child:
-                    self._set_queued(req, self._match_queued(req))
-
-    @staticmethod
-    def _starts(path: List[TreeNode]) -> List[int]:
-        """Start position of every node of ``path`` (root's child first)."""
-        starts, pos = [], 0
-        for node in path:
-            starts.append(pos)
-            pos += len(node.key)
-        return starts
+            waiting = by_edge.get(child.key.child_key(self.page_size))
+            for req in list(waiting or ()):
+                self._queue_match(req)
 
     def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
         self._drop_queued(req)
