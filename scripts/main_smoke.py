@@ -1,0 +1,113 @@
+"""Boot stock sglang 0.5.23 (`.venv-main`, scripts/setup_main.sh) on the tiny hybrid-SWA model
+through the harness and compare a few temperature-0 outputs with transformers (issue 17).
+
+    .venv/bin/python scripts/main_smoke.py [--python .venv-main/bin/python] [--boot-timeout 180]
+
+Runs under the pinned `.venv` (the harness, the tiny model builder and the HF oracle live there);
+only the server runs on `--python`. Server arguments: the harness's `BASE_ARGS` plus the e2e
+test's (page 1, chunk 64, 4096-token full pool, SWA ratio 0.25, metrics). One boot. Prints one
+JSON report (boot time, per-request match, first diverging position, cached tokens, log path) and
+exits 0 only when every output equals the oracle's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import random
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from islands_harness.server import ServerStartError, SglangServer  # noqa: E402
+
+WINDOW = 32
+CHUNK = 64
+SERVER_ARGS = [
+    "--page-size", "1",
+    "--chunked-prefill-size", str(CHUNK),
+    "--max-total-tokens", "4096",
+    "--swa-full-tokens-ratio", "0.25",
+    "--enable-metrics",
+]
+
+
+def workload(vocab_hi: int, seed: int = 1234):
+    """(name, ids, max_new): cold prompts shorter and longer than window and chunk, an exact
+    repeat, and two prompts sharing a 200-token prefix."""
+    rng = random.Random(seed)
+
+    def toks(n):
+        return [rng.randrange(4, vocab_hi) for _ in range(n)]
+
+    out = []
+    for n in (20, 65, 150, 257):
+        out.append((f"len{n}", toks(n), 16))
+    out.append(("repeat_len257", out[-1][1], 16))
+    prefix = toks(200)
+    for j in range(2):
+        out.append((f"prefix200_{j}", prefix + toks(5 + 23 * j), 16))
+    return out
+
+
+def first_diff(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--python", default=str(REPO / ".venv-main" / "bin" / "python"))
+    ap.add_argument("--boot-timeout", type=float, default=180.0)
+    ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
+                    help="more server arguments (after the e2e ones)")
+    a = ap.parse_args(argv)
+
+    from islands_harness.hf_oracle import greedy_decode_one
+    from islands_harness.tiny_model import build_tiny_model
+
+    report: dict = {"python": a.python}
+    t0 = time.monotonic()
+    path = build_tiny_model(window=WINDOW)
+    meta = json.loads((path / ".tiny_model_complete.json").read_text())
+    reqs = workload(meta["real_vocab"])
+    ref = {name: greedy_decode_one(path, ids, n) for name, ids, n in reqs}
+    report["oracle_s"] = round(time.monotonic() - t0, 2)
+
+    srv = SglangServer(path, [*SERVER_ARGS, *a.extra], python=a.python,
+                       boot_timeout_s=a.boot_timeout)
+    try:
+        srv.start()
+    except ServerStartError as e:
+        report.update(booted=False, log=str(srv.log_path), error=str(e)[-4000:])
+        print(json.dumps(report, indent=1))
+        return 1
+    report.update(booted=True, boot_s=round(srv.boot_s, 2), log=str(srv.log_path))
+    rows = []
+    try:
+        for name, ids, n in reqs:
+            t = time.monotonic()
+            try:
+                r = srv.generate(ids, n)
+            except Exception as e:  # noqa: BLE001 - reported, not hidden
+                rows.append({"name": name, "error": repr(e)[:1000]})
+                continue
+            d = first_diff(r.output_ids, ref[name])
+            rows.append({"name": name, "prompt": len(ids), "match": d is None, "first_diff": d,
+                         "cached_tokens": r.cached_tokens, "s": round(time.monotonic() - t, 2),
+                         "server": r.output_ids[:8], "oracle": ref[name][:8]})
+    finally:
+        srv.stop()
+    report["requests"] = rows
+    report["all_match"] = all(r.get("match") for r in rows)
+    print(json.dumps(report, indent=1))
+    return 0 if report["all_match"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
