@@ -2,22 +2,31 @@
 through the harness and compare a few temperature-0 outputs with transformers (issue 17).
 
     .venv/bin/python scripts/main_smoke.py [--python .venv-main/bin/python] [--boot-timeout 180]
+    .venv/bin/python scripts/main_smoke.py --e2e     # test_server_e2e's 34-request workload
+    .venv/bin/python scripts/main_smoke.py --e2e --oracle-only   # compute/cache the oracle only
 
 Runs under the pinned `.venv` (the harness, the tiny model builder and the HF oracle live there);
 only the server runs on `--python`. Server arguments: the harness's `BASE_ARGS` plus the e2e
 test's (page 1, chunk 64, 4096-token full pool, SWA ratio 0.25, metrics). One boot. Prints one
 JSON report (boot time, per-request match, first diverging position, cached tokens, log path) and
 exits 0 only when every output equals the oracle's.
+
+Default workload: 7 requests (cold prompts around window and chunk, an exact repeat, a shared
+prefix). `--e2e`: `test/test_server_e2e.py`'s `make_workload` (sequential, then 8 threads), the
+oracle cached in `.work/main-smoke-oracle-<model dir name>.json`; the report then also lists the server's
+`/metrics` names that mention swa/token/cache, for porting the benchmarks to main.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import pathlib
 import random
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -53,6 +62,16 @@ def workload(vocab_hi: int, seed: int = 1234):
     return out
 
 
+def e2e_workload(vocab_hi: int):
+    """test_server_e2e.make_workload as (sequential, concurrent) lists of (name, ids, max_new)."""
+    spec = importlib.util.spec_from_file_location("_e2e", REPO / "test" / "test_server_e2e.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["_e2e"] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    seq, conc = mod.make_workload(vocab_hi)
+    return ([(n, ids, m) for n, ids, m, _ in seq], [(n, ids, m) for n, ids, m, _ in conc])
+
+
 def first_diff(a, b):
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -64,6 +83,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--python", default=str(REPO / ".venv-main" / "bin" / "python"))
     ap.add_argument("--boot-timeout", type=float, default=180.0)
+    ap.add_argument("--e2e", action="store_true", help="test_server_e2e's workload")
+    ap.add_argument("--oracle-only", action="store_true", help="compute (and cache) the oracle, no boot")
     ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                     help="more server arguments (after the e2e ones)")
     a = ap.parse_args(argv)
@@ -75,9 +96,26 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     path = build_tiny_model(window=WINDOW)
     meta = json.loads((path / ".tiny_model_complete.json").read_text())
-    reqs = workload(meta["real_vocab"])
-    ref = {name: greedy_decode_one(path, ids, n) for name, ids, n in reqs}
+    if a.e2e:
+        seq, conc = e2e_workload(meta["real_vocab"])
+    else:
+        seq, conc = workload(meta["real_vocab"]), []
+    cache = REPO / ".work" / f"main-smoke-oracle-{path.name}.json" if a.e2e else None
+    cached = json.loads(cache.read_text()) if cache and cache.exists() else {}
+    ref = {}
+    for name, ids, n in seq + conc:
+        key = json.dumps([ids, n])
+        if key not in cached:
+            cached[key] = greedy_decode_one(path, ids, n)
+        ref[name] = cached[key]
+    if cache:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(cached))
     report["oracle_s"] = round(time.monotonic() - t0, 2)
+    report["requests_planned"] = len(seq) + len(conc)
+    if a.oracle_only:
+        print(json.dumps(report, indent=1))
+        return 0
 
     srv = SglangServer(path, [*SERVER_ARGS, *a.extra], python=a.python,
                        boot_timeout_s=a.boot_timeout)
@@ -89,18 +127,32 @@ def main(argv=None) -> int:
         return 1
     report.update(booted=True, boot_s=round(srv.boot_s, 2), log=str(srv.log_path))
     rows = []
+
+    def one(name, ids, n):
+        t = time.monotonic()
+        try:
+            r = srv.generate(ids, n, timeout=300)
+        except Exception as e:  # noqa: BLE001 - reported, not hidden
+            return {"name": name, "error": repr(e)[:1000]}
+        d = first_diff(r.output_ids, ref[name])
+        return {"name": name, "prompt": len(ids), "match": d is None, "first_diff": d,
+                "cached_tokens": r.cached_tokens, "s": round(time.monotonic() - t, 2),
+                "server": r.output_ids[:8], "oracle": ref[name][:8]}
+
     try:
-        for name, ids, n in reqs:
-            t = time.monotonic()
-            try:
-                r = srv.generate(ids, n)
-            except Exception as e:  # noqa: BLE001 - reported, not hidden
-                rows.append({"name": name, "error": repr(e)[:1000]})
-                continue
-            d = first_diff(r.output_ids, ref[name])
-            rows.append({"name": name, "prompt": len(ids), "match": d is None, "first_diff": d,
-                         "cached_tokens": r.cached_tokens, "s": round(time.monotonic() - t, 2),
-                         "server": r.output_ids[:8], "oracle": ref[name][:8]})
+        t_work = time.monotonic()
+        rows += [one(*q) for q in seq]
+        if conc:
+            with ThreadPoolExecutor(8) as ex:
+                rows += list(ex.map(lambda q: one(*q), conc))
+        report["workload_s"] = round(time.monotonic() - t_work, 2)
+        if any("error" in r for r in rows):
+            report["log_tail"] = srv.log_tail(12)  # a server that died mid-workload says why
+        elif a.e2e:
+            m = srv.metrics()
+            report["metrics"] = {k: v for k, v in sorted(m.items())
+                                 if any(w in k for w in ("swa", "token", "cache", "running",
+                                                         "queue"))}
     finally:
         srv.stop()
     report["requests"] = rows
