@@ -47,8 +47,8 @@ def test_the_quick_soak_exercises_every_kind_of_traffic_and_fault(quick_report):
     assert req.get("flush_200", 0) + req.get("flush_400", 0) > 0, req
     assert rep["aborted_before_finishing"] > 0 and rep["abort_prefixes_checked"] > 0
     # Retractions come about once per 30-95 s of traffic at these pools (1-3 per quick run here,
-    # 19 in the 30-minute report), so 90 s may see none: reported, not required.
-    assert rep["retractions"] is not None and rep["retractions"] >= 0
+    # 19 in the 30-minute report), so 90 s may see none: reported in the soak's report, not
+    # required here.
 
 
 def test_the_checks_catch_a_wrong_output_a_wrong_status_and_a_leak():
