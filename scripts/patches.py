@@ -73,6 +73,7 @@ from patches_lib import (  # noqa: E402  (some only re-exported, for test_patche
     stage,
     warn,
 )
+from patches_export import add_export_parser  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------------
@@ -540,6 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("dir", metavar="DIR", help="a worktree made by `patches.py worktree`")
     p.set_defaults(func=cmd_refresh)
+
+    add_export_parser(sub)
     return ap
 
 
