@@ -25,6 +25,9 @@ Subcommands:
                       and one commit per patch (git am), for editing patches as real code
   refresh DIR         rewrite patches/*.patch and patches/series from such a worktree
                       (git format-patch, deterministic output)
+  export DIR          the series as upstream would receive it: three stand-alone fix series
+                      with regression tests and the islands series with our modules and
+                      tests, as git format-patch files + a cover note (scripts/patches_export.py)
 
 Editing or adding a patch:
   scripts/patches.py worktree /tmp/wt [--with python/sglang/srt/some/file.py | --all]

@@ -9,8 +9,8 @@ layout python/sglang/...) committed on `main` (tag upstream-VERSION), and one br
   swa-islands                the other patches, reordered so that every commit imports only what
                              exists; each new module of ours (python/sglang/... here) enters with
                              the first patch that imports it, with the island tests; the coupled-
-                             rollback warning is cut out of the registry patch into its own commit
-                             (on top of fix-torch-native-swa-read: the CPU server needs it)
+                             rollback warning is cut out of the registry patch into the last
+                             commit. Based on fix-torch-native-swa-read (the CPU server needs it)
 
 Each series is written with `git format-patch` into DIR/<series>/ with a `series` file, and
 DIR/README.md is the cover note. Regression tests live in upstream-tests/<series>/ at their
