@@ -7,20 +7,21 @@ through the harness and compare a few temperature-0 outputs with transformers (i
 
 Runs under the pinned `.venv` (the harness, the tiny model builder and the HF oracle live there);
 only the server runs on `--python`. Server arguments: the harness's `BASE_ARGS` plus the e2e
-test's (page 1, chunk 64, 4096-token full pool, SWA ratio 0.25, metrics). One boot. Prints one
-JSON report (boot time, per-request match, first diverging position, cached tokens, log path) and
-exits 0 only when every output equals the oracle's.
+test's `islands_harness.e2e_workload.SERVER_ARGS` (page 1, chunk 64, 4096-token full pool, SWA
+ratio 0.25, metrics). One boot. Prints one JSON report (boot time, per-request match, first
+diverging position, cached tokens, log path) and exits 0 only when every output equals the
+oracle's.
 
 Default workload: 7 requests (cold prompts around window and chunk, an exact repeat, a shared
-prefix). `--e2e`: `test/test_server_e2e.py`'s `make_workload` (sequential, then 8 threads), the
-oracle cached in `.work/main-smoke-oracle-<model dir name>.json`; the report then also lists the server's
-`/metrics` names that mention swa/token/cache, for porting the benchmarks to main.
+prefix). `--e2e`: `islands_harness.e2e_workload.make_workload`, test_server_e2e's 34 requests
+(sequential, then 8 threads), the oracle cached in `.work/main-smoke-oracle-<model dir name>.json`;
+the report then also lists the server's `/metrics` names that mention swa/token/cache, for porting
+the benchmarks to main.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import random
@@ -31,17 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from islands_harness.e2e_workload import (  # noqa: E402  (test_server_e2e's, shared)
+    CONCURRENCY, SERVER_ARGS, WINDOW, make_workload,
+)
 from islands_harness.server import ServerStartError, SglangServer  # noqa: E402
-
-WINDOW = 32
-CHUNK = 64
-SERVER_ARGS = [
-    "--page-size", "1",
-    "--chunked-prefill-size", str(CHUNK),
-    "--max-total-tokens", "4096",
-    "--swa-full-tokens-ratio", "0.25",
-    "--enable-metrics",
-]
 
 
 def workload(vocab_hi: int, seed: int = 1234):
@@ -63,12 +57,8 @@ def workload(vocab_hi: int, seed: int = 1234):
 
 
 def e2e_workload(vocab_hi: int):
-    """test_server_e2e.make_workload as (sequential, concurrent) lists of (name, ids, max_new)."""
-    spec = importlib.util.spec_from_file_location("_e2e", REPO / "test" / "test_server_e2e.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["_e2e"] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    seq, conc = mod.make_workload(vocab_hi)
+    """make_workload (test_server_e2e's) as (sequential, concurrent) lists of (name, ids, max_new)."""
+    seq, conc = make_workload(vocab_hi)
     return ([(n, ids, m) for n, ids, m, _ in seq], [(n, ids, m) for n, ids, m, _ in conc])
 
 
@@ -143,7 +133,7 @@ def main(argv=None) -> int:
         t_work = time.monotonic()
         rows += [one(*q) for q in seq]
         if conc:
-            with ThreadPoolExecutor(8) as ex:
+            with ThreadPoolExecutor(CONCURRENCY) as ex:
                 rows += list(ex.map(lambda q: one(*q), conc))
         report["workload_s"] = round(time.monotonic() - t_work, 2)
         if any("error" in r for r in rows):
