@@ -62,18 +62,16 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from islands_harness.decode_reuse import (  # noqa: E402
+from islands_harness.client import MetricsSampler, fetch_metrics  # noqa: E402
+from islands_harness.conversations import (  # noqa: E402
     LogScan,
-    code_version,
-    SwaSampler,
     Turn,
     conversation,
     flush_cache_when_idle,
     follow_up_while_running,
-    island_inserts,
-    metrics_text,
     random_ids,
 )
+from islands_harness.provenance import code_version  # noqa: E402
 from islands_harness.knobs import UPSTREAM_KNOBS_ENV  # noqa: E402
 from islands_harness.server import SglangServer  # noqa: E402
 
@@ -146,7 +144,7 @@ class Phase:
     def __init__(self, srv: SglangServer, swa_pool: int, name: str):
         self.srv, self.name = srv, name
         self.scan = LogScan(srv.log_path, swa_pool)
-        self.sampler = SwaSampler(srv)
+        self.sampler = MetricsSampler(srv.base_url, 0.25, {"swa_used": "sglang:swa_used_tokens"})
 
     def __enter__(self) -> "Phase":
         flush_cache_when_idle(self.srv)
@@ -173,7 +171,7 @@ class Phase:
             "peak_swa_used": self.stats.peak_swa_used,
             "peak_swa_used_decode": self.stats.peak_swa_used_decode,
             "peak_swa_used_prefill": self.stats.peak_swa_used_prefill,
-            "peak_swa_used_metrics": int(self.sampler.peak),
+            "peak_swa_used_metrics": int(self.sampler.peak("swa_used")),
             "seconds": round(self.seconds, 1),
         }
 
@@ -282,8 +280,9 @@ def run_arm(model: pathlib.Path, vocab_hi: int, arm: str, shape: Shape,
             "turns": {f"agent{i}": turn_rows(ts) for i, ts in sorted(results.items())}}
 
         time.sleep(0.5)
-        decode_islands = island_inserts(metrics_text(srv), "decode")
-        chunk_islands = island_inserts(metrics_text(srv), "chunk")
+        m = fetch_metrics(srv.base_url)
+        decode_islands = m.value("sglang:swa_island_decode_inserts", default=None)
+        chunk_islands = m.value("sglang:swa_island_chunk_inserts", default=None)
     finally:
         srv.stop()
     progress(f"{arm}: done, server stopped")

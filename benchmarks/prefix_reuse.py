@@ -40,9 +40,9 @@ no two requests share a token more than the script says):
 * ``branch_edit``: C conversations, each an own opening + T turns built in sequence, then E
   re-sends of the transcript edited at an earlier turn (cut inside turn j's message, which is
   replaced by a new one: the branch point lies inside the cached path, mid-node), sent at once.
-* ``agents``: ``admission.agent_script`` (own system prompt per conversation; turn k+1 re-sends
-  the transcript + a new user message, sent when turn k finished), run by ``admission.run_agent``.
-* ``no_reuse``: ``admission.no_reuse_requests`` (random prompts), all sent at once.
+* ``agents``: ``admission_workloads.agent_script`` (own system prompt per conversation; turn k+1 re-sends
+  the transcript + a new user message, sent when turn k finished), run by ``admission_workloads.run_agent``.
+* ``no_reuse``: ``admission_workloads.no_reuse_requests`` (random prompts), all sent at once.
 
 Measured per (arm, pool, class): requests, cached tokens (``meta_info.cached_tokens``) and their
 share of prompt tokens, ``expected_shared_tokens`` (what a cache that forgets nothing could have
@@ -90,20 +90,22 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-HERE = pathlib.Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+import _bench_path  # noqa: E402  (puts the repository root and benchmarks/ on sys.path)
+import admission_run  # noqa: E402
+import admission_setup  # noqa: E402
+import admission_workloads  # noqa: E402
+from bench_outputs import add_output_args, output_paths, write_files, write_json, write_text  # noqa: E402,E501
+from islands_harness import sched_log  # noqa: E402
+from islands_harness.client import generate, thread_session  # noqa: E402
+from islands_harness.provenance import git_head  # noqa: E402
 
-import admission  # noqa: E402  (puts the repository root on sys.path too)
-
-ROOT = admission.ROOT
-RESULTS = admission.RESULTS
-CPU = admission.CpuShape()
+ROOT = _bench_path.ROOT
+CPU = admission_setup.CpuShape()
 
 CLASSES = ("shared_system", "fanout", "branch_edit", "agents", "no_reuse")
 ARMS: Dict[str, Dict[str, Any]] = {
     "upstream": {"args": (), "env": {}},
-    "upstream_knobs": {"args": (), "env": dict(admission.KNOBS_ENV)},
+    "upstream_knobs": {"args": (), "env": dict(admission_setup.KNOBS_ENV)},
     "islands_eager": {"args": ("--enable-swa-islands", "--swa-islands-reclaim", "eager"), "env": {}},
     "islands": {"args": ("--enable-swa-islands",), "env": {}},
     "islands_auto": {"args": ("--enable-swa-islands", "--swa-islands-reclaim", "auto"), "env": {}},
@@ -118,11 +120,11 @@ AMPLE_RATIO = 0.5
 # ----------------------------------------------------------------------------- pools
 
 
-def pool_table(mapping: Optional[Dict[str, Any]] = None, cpu: admission.CpuShape = CPU) -> Dict[str, Dict[str, Any]]:
+def pool_table(mapping: Optional[Dict[str, Any]] = None, cpu: admission_setup.CpuShape = CPU) -> Dict[str, Dict[str, Any]]:
     """``{pool: {ratio, server_ratio, swa_pool, bind_without_islands, island_capacity...}}``."""
     from islands_tools import pool_plan as plan
 
-    mapping = mapping or admission.plan_mapping()
+    mapping = mapping or admission_setup.plan_mapping()
     hold = plan.hold_without_islands(cpu.window, cpu.page, cpu.chunk)
     ample_pool = plan.swa_pool_tokens(cpu.max_total_tokens, AMPLE_RATIO, cpu.page)
     out = {"ample": {
@@ -140,13 +142,13 @@ def pool_table(mapping: Optional[Dict[str, Any]] = None, cpu: admission.CpuShape
     return out
 
 
-def server_args(arm: str, pool: Dict[str, Any], cpu: admission.CpuShape = CPU) -> List[str]:
-    return (admission.common_server_args(cpu)
+def server_args(arm: str, pool: Dict[str, Any], cpu: admission_setup.CpuShape = CPU) -> List[str]:
+    return (admission_setup.common_server_args(cpu)
             + ["--swa-full-tokens-ratio", repr(pool["server_ratio"])] + list(ARMS[arm]["args"]))
 
 
 def server_env(arm: str, eviction_interval: int) -> Dict[str, str]:
-    return admission.with_eviction_interval(ARMS[arm]["env"], eviction_interval)
+    return admission_setup.with_eviction_interval(ARMS[arm]["env"], eviction_interval)
 
 
 # ----------------------------------------------------------------------------- workloads
@@ -192,7 +194,7 @@ class BranchEdit:
 
 
 @dataclasses.dataclass(frozen=True)
-class Agents:  # fields of admission.WorkloadConfig
+class Agents:  # fields of admission_workloads.WorkloadConfig
     convs: int = 24
     turns: int = 3
     system_len: int = 1000
@@ -220,7 +222,7 @@ class Workload:
     no_reuse: NoReuse = NoReuse()
     seed: int = 20261201
     token_lo: int = 4  # first non-special id of the tiny tokenizer
-    token_hi: int = 683  # its real vocabulary ends here (as admission.WorkloadConfig)
+    token_hi: int = 683  # its real vocabulary ends here (as admission_workloads.WorkloadConfig)
     context: int = 4096  # the tiny model's max positions
 
     def to_dict(self) -> Dict[str, Any]:
@@ -328,9 +330,9 @@ def build_branch_edit(wl: Workload) -> Dict[str, Any]:
     return {"convs": convs}
 
 
-def agents_config(wl: Workload) -> admission.WorkloadConfig:
+def agents_config(wl: Workload) -> admission_workloads.WorkloadConfig:
     a = wl.agents
-    return admission.WorkloadConfig(convs=a.convs, turns=a.turns, system_len=a.system_len,
+    return admission_workloads.WorkloadConfig(convs=a.convs, turns=a.turns, system_len=a.system_len,
                                      user_min=a.user_min, user_max=a.user_max,
                                      reply_min=a.reply_min, reply_max=a.reply_max,
                                      seed=_seed(wl, "agents"), token_lo=wl.token_lo,
@@ -338,23 +340,23 @@ def agents_config(wl: Workload) -> admission.WorkloadConfig:
 
 
 def build_agents(wl: Workload) -> List[Dict[str, Any]]:
-    convs = admission.agent_script(agents_config(wl))
+    convs = admission_workloads.agent_script(agents_config(wl))
     firsts = _distinct_firsts(random.Random(_seed(wl, "agents") + 7), wl, len(convs))
     for c, f in zip(convs, firsts):  # conversations share no token, not even the first
         c["system"] = [f] + list(c["system"][1:])
     return convs
 
 
-def no_reuse_config(wl: Workload) -> admission.WorkloadConfig:
+def no_reuse_config(wl: Workload) -> admission_workloads.WorkloadConfig:
     n = wl.no_reuse
-    return admission.WorkloadConfig(requests=n.requests, clients=n.requests, in_min=n.in_min,
+    return admission_workloads.WorkloadConfig(requests=n.requests, clients=n.requests, in_min=n.in_min,
                                     in_max=n.in_max, out_min=n.out_min, out_max=n.out_max,
                                     seed=_seed(wl, "no_reuse"), token_lo=wl.token_lo,
                                     token_hi=wl.token_hi)
 
 
 def build_no_reuse(wl: Workload) -> List[Dict[str, Any]]:
-    reqs = admission.no_reuse_requests(no_reuse_config(wl))
+    reqs = admission_workloads.no_reuse_requests(no_reuse_config(wl))
     firsts = _distinct_firsts(random.Random(_seed(wl, "no_reuse") + 7), wl, len(reqs))
     for r, f in zip(reqs, firsts):
         r["input_ids"] = [f] + list(r["input_ids"][1:])
@@ -441,18 +443,15 @@ Send = Callable[[List[int], int, Tuple], Dict[str, Any]]
 
 
 def http_sender(base_url: str, timeout: float) -> Send:
-    """One ``/generate`` request (admission's helpers): a row with ids, cached tokens, latency."""
+    """One greedy ``/generate`` request: a row with ids, cached tokens, latency."""
     def send(ids: List[int], max_new: int, order: Tuple) -> Dict[str, Any]:
         t0 = time.monotonic()
-        j = admission._post_generate(admission._session(), base_url, ids, max_new, timeout)
+        g = generate(base_url, ids, max_new, timeout=timeout, session=thread_session())
         t1 = time.monotonic()
-        out = list(j.get("output_ids", []))
-        mi = j.get("meta_info", {})
         return {"order": list(order), "t_send": t0, "t_done": t1, "latency_s": t1 - t0,
-                "prompt_tokens": len(ids),
-                "completion_tokens": int(mi.get("completion_tokens", len(out))),
-                "cached_tokens": int(mi.get("cached_tokens", 0) or 0),
-                "input_ids": list(ids), "output_ids": out}
+                "prompt_tokens": len(ids), "completion_tokens": g.completion_tokens,
+                "cached_tokens": g.cached_tokens, "input_ids": list(ids),
+                "output_ids": g.output_ids}
     return send
 
 
@@ -555,7 +554,7 @@ def run_branch_edit(script: Dict[str, Any], send: Send, progress: Callable[[str]
 
 def run_agents_real(base_url: str, convs: List[Dict[str, Any]], timeout: float,
                     progress: Callable[[str], None]) -> List[Dict[str, Any]]:
-    rows = admission.run_agent(base_url, convs, timeout, lambda m: None, mode="after_finish",
+    rows = admission_workloads.run_agent(base_url, convs, timeout, lambda m: None, mode="after_finish",
                                keep_ids=True)
     for r in rows:
         r["order"] = [r["turn"], r["conv"]]
@@ -564,7 +563,7 @@ def run_agents_real(base_url: str, convs: List[Dict[str, Any]], timeout: float,
 
 
 def run_agents_fake(convs: List[Dict[str, Any]], send: Send) -> List[Dict[str, Any]]:
-    """``admission.run_agent``'s transcript rule with ``send`` (plan and tests)."""
+    """``admission_workloads.run_agent``'s transcript rule with ``send`` (plan and tests)."""
     rows = []
     for c in convs:
         transcript = list(c["system"])
@@ -578,7 +577,7 @@ def run_agents_fake(convs: List[Dict[str, Any]], send: Send) -> List[Dict[str, A
 
 def run_no_reuse_real(base_url: str, reqs: List[Dict[str, Any]], timeout: float,
                       progress: Callable[[str], None]) -> List[Dict[str, Any]]:
-    rows = admission.run_no_reuse(base_url, reqs, len(reqs), timeout, lambda m: None)
+    rows = admission_workloads.run_no_reuse(base_url, reqs, len(reqs), timeout, lambda m: None)
     by_i = {r["i"]: r for r in reqs}
     for row in rows:  # the ids come from the script (the outputs cannot matter: no shared token)
         row["order"] = [row["i"]]
@@ -716,7 +715,7 @@ def run_boot(arm: str, pool_name: str, pool: Dict[str, Any], scripts: Dict[str, 
     with SglangServer(model_dir, args, env=env, omp_threads=a.omp_threads, log_path=log_path,
                       boot_timeout_s=a.boot_timeout) as srv:
         out["boot_s"] = round(srv.boot_s, 1)
-        out.update(admission.parse_boot_log(srv.log_path.read_text(errors="replace")))
+        out.update(sched_log.parse_boot(srv.log_path.read_text(errors="replace")))
         if out.get("swa_pool_log") not in (None, pool["swa_pool"]):
             log(f"{tag} WARNING: SWA pool {out['swa_pool_log']} != planned {pool['swa_pool']}")
         log(f"{tag} healthy in {srv.boot_s:.0f} s (SWA pool {out.get('swa_pool_log')})")
@@ -727,7 +726,7 @@ def run_boot(arm: str, pool_name: str, pool: Dict[str, Any], scripts: Dict[str, 
             script = scripts[cls]
             body = lambda: run_class(cls, script, send, lambda m: None,  # noqa: E731
                                      base_url=srv.base_url, timeout=a.request_timeout)
-            res = admission.run_phase(srv, "agent" if cls == "agents" else cls, CPU.cap,
+            res = admission_run.run_phase(srv, "agent" if cls == "agents" else cls, CPU.cap,
                                       a.sample_interval, body, extra=class_extra,
                                       lead_s=a.lead, settle_s=a.settle)
             rec = finish_class(res, islands)
@@ -900,7 +899,7 @@ def to_markdown(result: Dict[str, Any]) -> str:
                  "shared the cores, so wall seconds are noisy; token counts, decode steps, running "
                  "counts and the per-server-CPU-second figures much less so.\n")
     L.append("## Setup\n")
-    L.append(f"Shape (`admission.CpuShape`): window {result.get('window')}, page {page}, chunk "
+    L.append(f"Shape (`admission_setup.CpuShape`): window {result.get('window')}, page {page}, chunk "
              f"{result.get('chunk')}, cap `--max-running-requests {cap}`, `--max-total-tokens "
              f"{result.get('max_total_tokens', 65536):,}`, `SGLANG_SWA_EVICTION_INTERVAL="
              f"{result.get('eviction_interval')}` for every arm. One boot per (arm, pool); the "
@@ -943,12 +942,12 @@ def to_markdown(result: Dict[str, Any]) -> str:
             f"message of U[{s['edit_min']}, {s['edit_max']}] tokens, sent at once; conversations "
             "concurrently."),
         "agents": lambda s: (
-            f"`admission.agent_script`: {s['convs']} conversations × {s['turns']} turns, own system "
+            f"`admission_workloads.agent_script`: {s['convs']} conversations × {s['turns']} turns, own system "
             f"prompt of {s['system_len']} tokens, user messages U[{s['user_min']}, {s['user_max']}], "
             f"replies U[{s['reply_min']}, {s['reply_max']}]; turn k+1 re-sends the transcript when "
-            "turn k finished (`admission.run_agent`)."),
+            "turn k finished (`admission_workloads.run_agent`)."),
         "no_reuse": lambda s: (
-            f"`admission.no_reuse_requests`: {s['requests']} random prompts of U[{s['in_min']}, "
+            f"`admission_workloads.no_reuse_requests`: {s['requests']} random prompts of U[{s['in_min']}, "
             f"{s['in_max']}] tokens (first tokens all different), U[{s['out_min']}, {s['out_max']}] "
             "output tokens, all at once."),
     }
@@ -1103,7 +1102,7 @@ def parse_args(argv=None):
             "(--swa-islands-reclaim auto: eager below one chunk of free SWA) runs only when named in "
             "--arms\n"
             "pools: ample (--swa-full-tokens-ratio 0.5), 0.17-eq and 0.10-eq (the planner's "
-            "production pools scaled to the CPU shape: admission.plan_mapping)\n"
+            "production pools scaled to the CPU shape: admission_setup.plan_mapping)\n"
             "presets: full (default, ~45 min on 2 quiet cores), --quick (< 10 min), --smoke "
             "(seconds per class; for the server test, numbers mean nothing)\n\n"
             "examples:\n"
@@ -1130,10 +1129,7 @@ def parse_args(argv=None):
     ap.add_argument("--plan-only", action="store_true",
                     help="print the pools, arms and per-class workload sizes (requests, prompt "
                          "tokens, expected shared tokens) as JSON; no server")
-    ap.add_argument("--json", default=None,
-                    help="result JSON (default benchmarks/results/prefix_reuse[_quick].json)")
-    ap.add_argument("--md", default=None, help="markdown report (default next to the JSON)")
-    ap.add_argument("--png", default=None, help="plot (default next to the JSON)")
+    add_output_args(ap, output_files("prefix_reuse[_quick|_smoke]"))
     ap.add_argument("--log-dir", default=str(ROOT / ".work" / "prefix_reuse"),
                     help="server logs and raw per-boot JSON, one STAMP folder per run (not committed)")
     ap.add_argument("--from-runs", metavar="DIR", default=None,
@@ -1155,15 +1151,13 @@ def parse_args(argv=None):
     a.arm_list = _csv(a.arms, list(ARMS), "arms", ap)
     a.pool_list = _csv(a.pools, POOLS, "pools", ap)
     a.preset = "quick" if a.quick else "smoke" if a.smoke else "full"
-    stem = {"full": "prefix_reuse", "quick": "prefix_reuse_quick", "smoke": "prefix_reuse_smoke"}[a.preset]
-    base = (RESULTS if a.preset != "smoke" else ROOT / ".work" / "prefix_reuse") / stem
-    if a.json is None:
-        a.json = str(base) + ".json"
-    if a.md is None:
-        a.md = str(pathlib.Path(a.json).with_suffix(".md"))
-    if a.png is None:
-        a.png = str(pathlib.Path(a.json).with_suffix(".png"))
+    a.stem = {"full": "prefix_reuse", "quick": "prefix_reuse_quick",
+              "smoke": "prefix_reuse_smoke"}[a.preset]
     return a
+
+
+def output_files(stem: str) -> Dict[str, str]:
+    return {"json": f"{stem}.json", "md": f"{stem}.md", "png": f"{stem}.png"}
 
 
 def workload_from_args(a) -> Workload:
@@ -1180,13 +1174,9 @@ def _machine() -> Dict[str, Any]:
     return {"cpus": os.cpu_count(), "platform": platform.platform(terse=True), "load": load}
 
 
-def _git_head() -> Optional[str]:
-    return admission._git_head()
-
-
 def main(argv=None) -> int:
     a = parse_args(argv)
-    mapping = admission.plan_mapping()
+    mapping = admission_setup.plan_mapping()
     if a.eviction_interval is None:
         a.eviction_interval = mapping["cpu"]["eviction_interval"]
     pools = pool_table(mapping)
@@ -1210,7 +1200,7 @@ def main(argv=None) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     scripts = build_scripts(wl, a.class_list)
     m = _machine()
-    meta = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M"), "git_head": _git_head(),
+    meta = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M"), "git_head": git_head(),
             "preset": a.preset, "eviction_interval": a.eviction_interval,
             "workload": wl.to_dict(), "classes": a.class_list, "arm_order": a.arm_list,
             "pool_order": a.pool_list, "pools": pools,
@@ -1245,7 +1235,7 @@ def main(argv=None) -> int:
     meta["runtime_s"] = round(time.monotonic() - t_start, 1)
     meta["machine"]["load_end"] = _machine()["load"]
     (log_dir / "meta.json").write_text(json.dumps(meta, indent=1))
-    rc = write_outputs(boots, meta, a)
+    rc = write_outputs(boots, meta, a, log_dir)
     return rc if not any("error" in b for b in boots) else 1
 
 
@@ -1260,7 +1250,7 @@ def rebuild(run_dir: pathlib.Path, a) -> int:
     meta.setdefault("runtime_s", round(sum(b.get("boot_total_s", 0) for b in boots), 1))
     meta["rebuilt_by"] = " ".join(shlex.quote(x) for x in [".venv/bin/python", "benchmarks/prefix_reuse.py", *a.argv])
     log(f"rebuilding from {len(boots)} boots in {run_dir}")
-    return write_outputs(boots, meta, a)
+    return write_outputs(boots, meta, a, run_dir)
 
 
 def assemble(boots: List[Dict[str, Any]], meta: Dict[str, Any]) -> Dict[str, Any]:
@@ -1291,21 +1281,22 @@ def assemble(boots: List[Dict[str, Any]], meta: Dict[str, Any]) -> Dict[str, Any
     return result
 
 
-def write_outputs(boots: List[Dict[str, Any]], meta: Dict[str, Any], a) -> int:
+def write_outputs(boots: List[Dict[str, Any]], meta: Dict[str, Any], a,
+                  run_dir: pathlib.Path) -> int:
+    """Assemble, check and write the files asked for (``bench_outputs``)."""
+    paths = output_paths(a, output_files(a.stem), run_dir)
     result = assemble(boots, meta)
-    result["png"] = a.png
+    result["png"] = str(paths["png"]) if paths["png"] else None
     if not result["arms"]:
         log("no boot produced results; nothing to write")
         return 1
     validate_result(result)
-    pathlib.Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    pathlib.Path(a.json).write_text(json.dumps(result, indent=1) + "\n")
     md = to_markdown(result)
-    pathlib.Path(a.md).write_text(md)
-    plot(result, pathlib.Path(a.png))
+    written = write_files(paths, {"json": write_json(result), "md": write_text(md),
+                                  "png": lambda p: plot(result, p)})
     s = result["acceptance_summary"]
-    log(f"wrote {a.json}, {a.md}, {a.png}; runtime {(result['runtime_s'] or 0) / 60:.1f} min; "
-        f"acceptance {s['pass']} PASS / {s['fail']} FAIL")
+    log(f"wrote {', '.join(written) or 'nothing'}; runtime {(result['runtime_s'] or 0) / 60:.1f} "
+        f"min; acceptance {s['pass']} PASS / {s['fail']} FAIL")
     return 0
 
 

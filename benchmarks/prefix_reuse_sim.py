@@ -14,7 +14,7 @@ Clients behave as in ``prefix_reuse.py``: a group of requests is submitted at on
 next group goes in when every request of its group finished (its outputs extend the transcript);
 phases are barriers (fanout's second wave starts when the first finished; shared_system's users
 start when user 0's first turn finished). Shape: window 32, page 1, chunk 512, cap 16, full pool
-65,536, ``SGLANG_SWA_EVICTION_INTERVAL`` 34 (``admission.CpuShape``, ``plan_mapping``).
+65,536, ``SGLANG_SWA_EVICTION_INTERVAL`` 34 (``admission_setup.CpuShape``, ``plan_mapping``).
 
 Output: JSON (per arm, pool, class: cached tokens, expected shared tokens and retractions per
 seed) and a markdown table of the sums over seeds, with islands (the default reclaim, ``lazy``)
@@ -29,21 +29,25 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import json
 import os
-import pathlib
 import shlex
 import sys
 import time
 from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import prefix_reuse as pr  # noqa: E402  (puts the repository root on sys.path too)
+import _bench_path  # noqa: E402  (puts the repository root and benchmarks/ on sys.path)
+import prefix_reuse as pr  # noqa: E402
+from bench_outputs import add_output_args, output_paths, write_files, write_json, write_text  # noqa: E402,E501
+from islands_harness.provenance import git_head  # noqa: E402
+
+ROOT = _bench_path.ROOT
+OUTPUT_FILES = {"json": "prefix_reuse_sim.json", "md": "prefix_reuse_sim.md"}
 
 SIM_ARMS: Dict[str, Dict[str, Any]] = {
     # name: StackConfig fields and the environment while the arm runs
     "upstream": {"islands": False, "reclaim": "lazy", "env": {}},
-    "upstream_knobs": {"islands": False, "reclaim": "lazy", "env": dict(pr.admission.KNOBS_ENV)},
+    "upstream_knobs": {"islands": False, "reclaim": "lazy", "env": dict(pr.admission_setup.KNOBS_ENV)},
     "islands_eager": {"islands": True, "reclaim": "eager", "env": {}},
     "islands": {"islands": True, "reclaim": "lazy", "env": {}},
     "islands_auto": {"islands": True, "reclaim": "auto", "env": {}},
@@ -223,14 +227,12 @@ def parse_args(argv=None):
     ap.add_argument("--latency-steps", type=int, default=0,
                     help="scheduler steps between a client's finished group and its next group "
                          "joining the queue, as the server's HTTP round trip delays it (default 0)")
-    ap.add_argument("--json", default=str(pr.RESULTS / "prefix_reuse_sim.json"))
-    ap.add_argument("--md", default=None, help="markdown (default next to the JSON)")
+    add_output_args(ap, OUTPUT_FILES)
     a = ap.parse_args(argv)
     a.seed_list = _seeds(a.seeds)
     a.arm_list = pr._csv(a.arms, list(SIM_ARMS), "arms", ap)
     a.pool_list = pr._csv(a.pools, pr.POOLS, "pools", ap)
     a.class_list = pr._csv(a.classes, pr.CLASSES, "classes", ap)
-    a.md = a.md or str(pathlib.Path(a.json).with_suffix(".md"))
     return a
 
 
@@ -296,7 +298,7 @@ def to_markdown(result: Dict[str, Any]) -> str:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    mapping = pr.admission.plan_mapping()
+    mapping = pr.admission_setup.plan_mapping()
     pools = pr.pool_table(mapping)
     evict = mapping["cpu"]["eviction_interval"]
     t0 = time.monotonic()
@@ -322,15 +324,15 @@ def main(argv=None) -> int:
                           file=sys.stderr, flush=True)
     command = " ".join(shlex.quote(x) for x in [".venv/bin/python", "benchmarks/prefix_reuse_sim.py",
                                                  *(sys.argv[1:] if argv is None else argv)])
-    result = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M"), "git_head": pr._git_head(),
+    result = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M"), "git_head": git_head(),
               "preset": a.preset, "latency_steps": a.latency_steps, "seeds": a.seed_list, "pools": a.pool_list, "classes": a.class_list,
               "swa_pools": {p: pools[p]["swa_pool"] for p in a.pool_list},
               "runtime_s": round(time.monotonic() - t0, 1), "arms": arms}
     result["summary"] = summarize(result)
-    pathlib.Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    pathlib.Path(a.json).write_text(json.dumps(result, indent=1) + "\n")
-    pathlib.Path(a.md).write_text(to_markdown(result))
-    print(f"[prefix_reuse_sim] wrote {a.json} and {a.md}", file=sys.stderr)
+    run_dir = ROOT / ".work" / "prefix_reuse_sim" / time.strftime("%Y%m%d-%H%M%S")
+    written = write_files(output_paths(a, OUTPUT_FILES, run_dir),
+                          {"json": write_json(result), "md": write_text(to_markdown(result))})
+    print(f"[prefix_reuse_sim] wrote {', '.join(written)}", file=sys.stderr)
     return 0
 
 

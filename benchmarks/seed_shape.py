@@ -24,14 +24,14 @@ starts only while the budget has room for it):
 Pools: the H200 has more memory than the seed's H100, so ``--max-total-tokens`` pins each arm to
 what the seed's 37 GB KV budget gives at its ratio, from the planner (``islands_tools.pool_plan``,
 the formulas ``scripts/swa_pool_plan.py`` prints; the seed's bytes per token: full 9.5 KB, SWA
-95 KB, EAGLE draft 10.24 KB, as in README and benchmarks/admission.py ``Production``):
+95 KB, EAGLE draft 10.24 KB, as in README and benchmarks/admission_setup.py ``Production``):
 T = 1,030,912 tokens at 0.17 (SWA pool 175,232) and 737,920 at 0.32 (SWA pool 236,096). The
 server then splits T exactly as the seed's did (full = T, SWA = floor_64(T x r)). This config's
 own KV is 10.24 KB full + 102.4 KB SWA per token at fp8 (no draft model here); the token counts,
 not the bytes, are what admission sees.
 
 Offered load (identical in every arm: the same seeded token ids, all sent at once as streaming
-``/generate`` requests through ``islands_harness.decode_reuse.StreamingRequest``, greedy,
+``/generate`` requests through ``islands_harness.client.StreamingRequest``, greedy,
 ``ignore_eos``): 96 requests of 24,576 input and 256 output tokens. Why these:
   - 96 = 2x the cap, so the queue never drains while the first requests run (the seed's
     pool-bound concurrency);
@@ -89,9 +89,11 @@ for _p in (ROOT, ROOT / "benchmarks", ROOT / "scripts"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-import admission  # noqa: E402  (benchmarks/admission.py: log parsing, seed deployment, knobs)
+import admission_run  # noqa: E402  (the scheduler-log summary, time-weighted means)
+import admission_setup  # noqa: E402  (the seed deployment, the knobs)
 import gpu_seed_model  # noqa: E402  (scripts/gpu_seed_model.py)
-from islands_harness.decode_reuse import StreamingRequest  # noqa: E402
+from islands_harness import sched_log  # noqa: E402
+from islands_harness.client import StreamingRequest  # noqa: E402
 from islands_harness.server import (  # noqa: E402
     ServerError,
     SglangServer,
@@ -123,7 +125,7 @@ ARMS: Dict[str, Arm] = {a.name: a for a in (
     Arm("upstream_0.17", 0.17),
     Arm("islands_0.17", 0.17, ("--enable-swa-islands",)),
     Arm("upstream_0.32", 0.32),
-    Arm("upstream_knobs_0.17", 0.17, (), tuple(sorted(admission.KNOBS_ENV.items()))),
+    Arm("upstream_knobs_0.17", 0.17, (), tuple(sorted(admission_setup.KNOBS_ENV.items()))),
 )}
 PRIORITY = list(ARMS)
 
@@ -155,7 +157,7 @@ class Profile:
 PROFILES: Dict[str, Profile] = {p.name: p for p in (
     Profile(
         name="h200", model_size="full", device="cuda", kv="seed", kv_dtype="fp8",
-        budget_bytes=admission.Production.budget_bytes, page=64, chunk=16384, cap=48,
+        budget_bytes=admission_setup.Production.budget_bytes, page=64, chunk=16384, cap=48,
         requests=96, input_len=24576, output_len=256, arm_s=165.0, load_s=85.0, sample_s=0.5,
         decode_log_interval=20, warmup=True,
         server_args=(
@@ -195,10 +197,10 @@ PROFILES: Dict[str, Profile] = {p.name: p for p in (
 def kv_cost(profile: Profile, model_dir: Optional[pathlib.Path]):
     """Bytes per token the pools are sized from, and a line saying where they came from."""
     if profile.kv == "seed":
-        p = admission.Production()
+        p = admission_setup.Production()
         return (plan.KVBytesPerToken(full=p.full_bytes, swa=p.swa_bytes, draft=p.draft_bytes),
                 f"the seed deployment: full {p.full_bytes:.0f} B, SWA {p.swa_bytes:.0f} B, draft "
-                f"{p.draft_bytes:.0f} B per token (benchmarks/admission.py Production)")
+                f"{p.draft_bytes:.0f} B per token (benchmarks/admission_setup.py Production)")
     layout = plan.kv_layout_from_shape(plan.read_model_shape(str(model_dir)), profile.kv_dtype)
     return layout, (f"{model_dir} ({profile.kv_dtype}): {layout.full_layers} full x "
                     f"{layout.full_bytes_per_layer} B + {layout.swa_layers} SWA x "
@@ -209,7 +211,7 @@ def planner_command(profile: Profile, model_dir: Optional[pathlib.Path], ratios)
     """The scripts/swa_pool_plan.py command that prints the same pools."""
     window = str(gpu_seed_model.SIZES[profile.model_size]["sliding_window"])
     if profile.kv == "seed":
-        p = admission.Production()
+        p = admission_setup.Production()
         src = ["--full-bytes-per-token", f"{p.full_bytes:.0f}", "--swa-bytes-per-token",
                f"{p.swa_bytes:.0f}", "--draft-bytes-per-token", f"{p.draft_bytes:.0f}",
                "--window", window]
@@ -353,7 +355,7 @@ def summarize(arm: Arm, pool, streams: Sequence[StreamingRequest],
         "window_limited": len(done) < len(streams),
         "output_tokens": out_tokens,
         "output_tok_s": round(out_tokens / window, 2),
-        "mean_running": (round(admission.time_weighted_mean(run, t0, t_end), 2)
+        "mean_running": (round(admission_run.time_weighted_mean(run, t0, t_end), 2)
                          if run else None),
         "max_running": int(max_running),
         # the counter is exported only once something was retracted; the log line always is
@@ -399,7 +401,7 @@ def run_arm(profile: Profile, arm: Arm, model_dir: pathlib.Path, pool, prompts, 
         return record
     try:
         record["boot_s"] = round(srv.boot_s, 1)
-        record["boot_log"] = admission.parse_boot_log(log_path.read_text(errors="replace"))
+        record["boot_log"] = sched_log.parse_boot(log_path.read_text(errors="replace"))
         if warm is not None:
             t = time.monotonic()
             srv.generate(warm, 4, timeout=max(10.0, deadline - t - profile.stop_s))
@@ -427,7 +429,7 @@ def run_arm(profile: Profile, arm: Arm, model_dir: pathlib.Path, pool, prompts, 
         with open(log_path, "rb") as f:
             f.seek(offset)
             lines = f.read().decode(errors="replace").splitlines()
-        log_summary = admission.summarize_log(admission.parse_log_lines(lines), profile.cap)
+        log_summary = admission_run.summarize_log(sched_log.parse_lines(lines), profile.cap)
         retr = (m1.get("sglang:num_retracted_requests_total", 0.0)
                 - m0.get("sglang:num_retracted_requests_total", 0.0))
         record.update(summarize(arm, pool, streams, generated, t0, t_end,
@@ -533,7 +535,7 @@ def parse_args(argv=None):
                     help=f"comma list, run in this order while the budget allows (default: "
                          f"{','.join(PRIORITY)})")
     ap.add_argument("--out", default=None, help="results directory (default "
-                    "benchmarks/results/gpu/seed_shape-<timestamp>)")
+                    ".work/seed_shape/<timestamp>; scripts/gpu_check.sh names one)")
     ap.add_argument("--model-dir", default=None, help="where the config-only model is written "
                     "(default OUT/model)")
     ap.add_argument("--budget", type=float, default=None,
@@ -567,8 +569,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     a = parse_args(argv)
     prof: Profile = a.prof
-    out = pathlib.Path(a.out or ROOT / "benchmarks" / "results" / "gpu"
-                       / f"seed_shape-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = pathlib.Path(a.out or ROOT / ".work" / "seed_shape" / time.strftime("%Y%m%d-%H%M%S"))
     model_dir = pathlib.Path(a.model_dir) if a.model_dir else out / "model"
     if a.dry_run and prof.kv == "config" and not (model_dir / "config.json").is_file():
         model_dir = pathlib.Path(tempfile.mkdtemp(prefix="seed-shape-model-"))

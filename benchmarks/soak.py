@@ -63,7 +63,7 @@ import requests
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from islands_harness.decode_reuse import StreamingRequest  # noqa: E402
+from islands_harness.client import StreamingRequest  # noqa: E402
 from islands_harness.ops import (  # noqa: E402
     flush,
     flush_ok,

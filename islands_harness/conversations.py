@@ -1,18 +1,17 @@
-"""Decode-island reuse on the real server: streaming requests, follow-ups while a request runs,
-multi-turn transcripts, and what the server log and /metrics say about the pools and islands.
+"""Follow-ups and conversations on the real server: requests that re-send another request's
+prompt and output, sent while it still runs or after it finished, and what the server log says
+about the pools and islands meanwhile.
 
-Shared by `test/test_server_decode_islands.py` and `benchmarks/decode_reuse.py`.
+Shared by `test/test_server_decode_islands.py`, `benchmarks/decode_reuse.py` and the admission
+benchmark's agent workload. Requests go through `islands_harness.client`.
 
-- `StreamingRequest`: one streaming `/generate` on token ids in a background thread; the
-  cumulative `output_ids` (sglang's default, non-incremental streaming) are readable while it runs,
-  `wait_generated(n)` blocks until the request has streamed at least `n` tokens.
 - `follow_up_while_running`: request A streams; once A has generated `>= k * interval + delta`
   tokens, B = A's prompt + A's output so far (+ a little new text) is sent while A still runs.
 - `conversation`: turns that each re-send the transcript (previous prompt + previous output + new
   user text), either right after the previous turn finished (`after_finish`) or once it has
   streamed `gen` tokens (`while_running`).
-- `LogScan`: the scheduler's `Prefill batch` / `Decode batch` lines (`#new-token`, `#swa token`,
-  the islands fragment of patch 0006) from a byte offset on.
+- `LogScan`: what the scheduler's `Prefill batch` / `Decode batch` lines (parsed by
+  `islands_harness.sched_log`) say from a byte offset on.
 
 All requests are greedy (temperature 0) and `ignore_eos`, on token ids (no tokenizer round trip).
 """
@@ -20,119 +19,14 @@ All requests are greedy (temperature 0) and `ignore_eos`, on token ids (no token
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import random
-import re
-import threading
 import time
 from typing import Any, Optional, Sequence
 
-import requests
-
-from islands_harness.server import REPO_ROOT, GenerateResult, ServerError, SglangServer
-
-# ---- streaming ---------------------------------------------------------------------------------
-
-
-class StreamingRequest:
-    """A streaming `/generate` in a background thread.
-
-    `output_ids` is the latest cumulative output seen on the stream; `done` is set when the stream
-    ends (`finished_at` is the monotonic time of the last chunk); `result` is the final
-    `GenerateResult` (None until done, or when the request failed: `error` says why).
-    """
-
-    def __init__(self, base_url: str, input_ids: Sequence[int], max_new_tokens: int, *,
-                 sampling_params: Optional[dict[str, Any]] = None, timeout: float = 1200.0,
-                 name: str = "stream"):
-        self.base_url = base_url
-        self.input_ids = list(input_ids)
-        self.max_new_tokens = max_new_tokens
-        self.sampling_params = {"temperature": 0, "max_new_tokens": max_new_tokens,
-                                "ignore_eos": True, **(sampling_params or {})}
-        self.timeout = timeout
-        self.name = name
-        self.output_ids: list[int] = []
-        self.meta_info: dict[str, Any] = {}
-        self.result: Optional[GenerateResult] = None
-        self.error: Optional[BaseException] = None
-        self.started_at: Optional[float] = None
-        self.finished_at: Optional[float] = None
-        self.done = threading.Event()
-        self._cv = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name=f"stream-{name}", daemon=True)
-
-    def start(self) -> "StreamingRequest":
-        self.started_at = time.monotonic()
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        try:
-            with requests.post(f"{self.base_url}/generate", stream=True, timeout=self.timeout,
-                               json={"input_ids": self.input_ids, "stream": True,
-                                     "sampling_params": self.sampling_params}) as r:
-                if r.status_code != 200:
-                    raise ServerError(f"/generate (stream) returned {r.status_code}: "
-                                      f"{r.text[:500]}")
-                for raw in r.iter_lines():
-                    if not raw or not raw.startswith(b"data:"):
-                        continue
-                    data = raw[5:].strip()
-                    if data == b"[DONE]":
-                        break
-                    d = json.loads(data)
-                    if "error" in d:
-                        raise ServerError(f"/generate (stream) error: {d['error']}")
-                    with self._cv:
-                        if "output_ids" in d:
-                            self.output_ids = list(d["output_ids"])
-                        self.meta_info = d.get("meta_info", self.meta_info) or {}
-                        self._cv.notify_all()
-            self.result = GenerateResult(output_ids=list(self.output_ids),
-                                         meta_info=dict(self.meta_info))
-        except BaseException as e:  # reported by wait()/wait_generated()
-            self.error = e
-        finally:
-            self.finished_at = time.monotonic()
-            with self._cv:
-                self.done.set()
-                self._cv.notify_all()
-
-    def generated(self) -> int:
-        with self._cv:
-            return len(self.output_ids)
-
-    def snapshot(self) -> list[int]:
-        with self._cv:
-            return list(self.output_ids)
-
-    def wait_generated(self, n: int, timeout: float = 1200.0) -> list[int]:
-        """Block until at least `n` tokens were streamed; return the output so far (a copy).
-        Raises if the request failed or ended with fewer tokens, or on timeout."""
-        deadline = time.monotonic() + timeout
-        with self._cv:
-            while len(self.output_ids) < n:
-                if self.done.is_set():
-                    raise ServerError(f"{self.name}: stream ended after {len(self.output_ids)} "
-                                      f"tokens, wanted {n} (error: {self.error!r})")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"{self.name}: {len(self.output_ids)} of {n} tokens "
-                                       f"after {timeout:.0f} s")
-                self._cv.wait(min(left, 1.0))
-            return list(self.output_ids)
-
-    def wait(self, timeout: float = 1200.0) -> GenerateResult:
-        if not self.done.wait(timeout):
-            raise TimeoutError(f"{self.name}: not finished after {timeout:.0f} s")
-        self._thread.join(timeout=10)
-        if self.error is not None:
-            raise ServerError(f"{self.name}: {self.error!r}") from self.error
-        assert self.result is not None
-        return self.result
-
+from islands_harness import sched_log
+from islands_harness.client import ServerError, StreamingRequest
+from islands_harness.server import SglangServer
 
 def flush_cache_when_idle(srv: SglangServer, timeout: float = 120.0) -> int:
     """`/flush_cache`, retried until it succeeds: sglang refuses it (400 "Flush cache failed.")
@@ -158,13 +52,6 @@ def random_ids(rng: random.Random, n: int, vocab_hi: int) -> list[int]:
 
 # ---- server log --------------------------------------------------------------------------------
 
-_DECODE = re.compile(r"Decode batch.*?#swa token: (\d+)")
-_PREFILL = re.compile(r"Prefill batch.*?#new-token: (\d+), #cached-token: (\d+)"
-                      r".*?swa token usage: ([\d.]+)")
-_ISLANDS = re.compile(r"islands: (\d+) chunk \+ (\d+) decode")
-_ACCEPT = re.compile(r"accept len: ([\d.]+)")
-
-
 @dataclasses.dataclass
 class LogStats:
     prefill_new_tokens: int = 0  # sum of `#new-token` over Prefill batch lines
@@ -174,7 +61,7 @@ class LogStats:
     peak_swa_used_prefill: int = 0  # max `swa token usage` * pool on Prefill batch lines
     #   (the ratio has two decimals: +-0.005 * pool tokens)
     decode_lines: int = 0
-    chunk_islands: Optional[int] = None  # last value of the islands fragment (patch 0006)
+    chunk_islands: Optional[int] = None  # last value of the hold fragment (patch 0011)
     decode_islands: Optional[int] = None
     accept_lens: list[float] = dataclasses.field(default_factory=list)
 
@@ -188,83 +75,36 @@ class LogScan:
     """
 
     def __init__(self, log_path: str | pathlib.Path, swa_pool: Optional[int] = None):
-        self.log_path = pathlib.Path(log_path)
+        self.tail = sched_log.LogTail(log_path)
         self.swa_pool = swa_pool
-        self.reset()
 
     def reset(self) -> None:
-        self.offset = self.log_path.stat().st_size
+        self.tail.reset()
 
     def text(self) -> str:
-        with open(self.log_path, "rb") as f:
-            f.seek(self.offset)
-            chunk = f.read()
-        cut = chunk.rfind(b"\n") + 1
-        return chunk[:cut].decode(errors="replace")
+        return self.tail.text()
 
     def stats(self) -> LogStats:
         s = LogStats()
         for line in self.text().splitlines():
-            if m := _PREFILL.search(line):
-                s.prefill_new_tokens += int(m[1])
-                s.prefill_cached_tokens += int(m[2])
+            e = sched_log.parse_line(line)
+            if e is None:
+                continue
+            if e["kind"] == "prefill":
+                s.prefill_new_tokens += e["new_tok"]
+                s.prefill_cached_tokens += e["cached"]
                 if self.swa_pool:
                     s.peak_swa_used_prefill = max(s.peak_swa_used_prefill,
-                                                  round(float(m[3]) * self.swa_pool))
-            elif m := _DECODE.search(line):
+                                                  round(e["swa_use"] * self.swa_pool))
+            elif e["kind"] == "decode":
                 s.decode_lines += 1
-                s.peak_swa_used_decode = max(s.peak_swa_used_decode, int(m[1]))
-                if mi := _ISLANDS.search(line):
-                    s.chunk_islands, s.decode_islands = int(mi[1]), int(mi[2])
-                if ma := _ACCEPT.search(line):
-                    s.accept_lens.append(float(ma[1]))
+                s.peak_swa_used_decode = max(s.peak_swa_used_decode, e["swa_tok"])
+                if "chunk_islands" in e:
+                    s.chunk_islands, s.decode_islands = e["chunk_islands"], e["decode_islands"]
+                if "accept_len" in e:
+                    s.accept_lens.append(e["accept_len"])
         s.peak_swa_used = max(s.peak_swa_used_decode, s.peak_swa_used_prefill)
         return s
-
-
-def island_inserts(text: str, kind: str) -> Optional[float]:
-    """`sglang:swa_island_{kind}_inserts` from raw /metrics text (None if absent)."""
-    name = f"sglang:swa_island_{kind}_inserts"
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            return float(line.rpartition(" ")[2])
-    return None
-
-
-def metrics_text(srv: SglangServer) -> str:
-    r = requests.get(f"{srv.base_url}/metrics", timeout=30)
-    r.raise_for_status()
-    return r.text
-
-
-class SwaSampler:
-    """Sample `sglang:swa_used_tokens` from /metrics every `interval_s` in a thread; `peak`."""
-
-    def __init__(self, srv: SglangServer, interval_s: float = 0.25):
-        self.srv, self.interval_s = srv, interval_s
-        self.peak = 0.0
-        self.samples = 0
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._loop, name="swa-sampler", daemon=True)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                v = self.srv.metrics().get("sglang:swa_used_tokens")
-                if v is not None:
-                    self.peak = max(self.peak, v)
-                    self.samples += 1
-            except Exception:
-                pass
-            self._stop.wait(self.interval_s)
-
-    def __enter__(self) -> "SwaSampler":
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._t.join(timeout=30)
 
 
 # ---- experiments -------------------------------------------------------------------------------
@@ -393,28 +233,3 @@ def conversation(srv: SglangServer, first_prompt: Sequence[int], user_texts: Seq
         else:
             cur.wait(timeout)
     return turns
-
-
-def code_version() -> dict[str, Any]:
-    """The project commit, uncommitted changes under python/ and patches/, and a digest of the
-    installed island cache module (what a server booted now imports)."""
-    import hashlib
-    import subprocess
-
-    def git(*args):
-        try:
-            return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                                  timeout=60).stdout.strip()
-        except Exception as e:  # not a checkout
-            return f"<{e!r}>"
-
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec("sglang.srt.mem_cache.swa_island_radix_cache")
-        digest = hashlib.sha256(pathlib.Path(spec.origin).read_bytes()).hexdigest()[:16]
-    except Exception as e:
-        digest = f"<{e!r}>"
-    return {"head": git("rev-parse", "--short", "HEAD"),
-            "dirty": git("status", "--porcelain", "--", "python", "patches").splitlines(),
-            "installed_swa_island_radix_cache_sha256_16": digest}

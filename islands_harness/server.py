@@ -25,7 +25,6 @@ Lifecycle guarantees:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import fcntl
 import os
 import pathlib
@@ -43,6 +42,8 @@ from typing import Any, Iterable, Sequence
 import psutil
 import requests
 
+from islands_harness.client import GenerateResult, ServerError, fetch_metrics, generate
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_LOG_DIR = REPO_ROOT / ".work" / "server-logs"
 HOST = "127.0.0.1"
@@ -59,10 +60,6 @@ BASE_ARGS = (
 )
 
 
-class ServerError(RuntimeError):
-    pass
-
-
 class PortInUseError(ServerError):
     pass
 
@@ -73,25 +70,6 @@ class ServerStartError(ServerError):
 
 class ServerStopError(ServerError):
     pass
-
-
-@dataclasses.dataclass
-class GenerateResult:
-    output_ids: list[int]
-    meta_info: dict[str, Any]
-    text: str | None = None
-
-    @property
-    def cached_tokens(self) -> int:
-        return int(self.meta_info.get("cached_tokens", 0) or 0)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return int(self.meta_info.get("prompt_tokens", 0) or 0)
-
-    @property
-    def completion_tokens(self) -> int:
-        return int(self.meta_info.get("completion_tokens", 0) or 0)
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:
@@ -185,22 +163,6 @@ _BIND_FAILED = re.compile(r"address already in use|\[Errno 98\]", re.IGNORECASE)
 def bind_failed(log_text: str) -> bool:
     """Whether a boot log says a port the server tried to bind was taken."""
     return bool(_BIND_FAILED.search(log_text))
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """`{metric_name: value}` from Prometheus text; for a name with several label sets the last
-    sample wins (every sglang gauge used here has exactly one label set per server)."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name_part, _, value = line.rpartition(" ")
-        name = name_part.split("{", 1)[0].strip()
-        try:
-            out[name] = float(value)
-        except ValueError:
-            continue
-    return out
 
 
 def process_tree_cpu_seconds(pid: int | None) -> float | None:
@@ -488,17 +450,9 @@ class SglangServer:
     def generate(self, input_ids: Sequence[int], max_new_tokens: int, *, ignore_eos: bool = True,
                  sampling_params: dict[str, Any] | None = None,
                  timeout: float = 600.0) -> GenerateResult:
-        """One greedy (temperature 0) `/generate` request on token ids."""
-        sp = {"temperature": 0, "max_new_tokens": max_new_tokens, "ignore_eos": ignore_eos}
-        sp.update(sampling_params or {})
-        r = requests.post(f"{self.base_url}/generate",
-                          json={"input_ids": list(input_ids), "sampling_params": sp},
-                          timeout=timeout)
-        if r.status_code != 200:
-            raise ServerError(f"/generate returned {r.status_code}: {r.text[:500]}")
-        j = r.json()
-        return GenerateResult(output_ids=list(j["output_ids"]), meta_info=j.get("meta_info", {}),
-                              text=j.get("text"))
+        """One greedy (temperature 0) `/generate` request on token ids (`client.generate`)."""
+        return generate(self.base_url, input_ids, max_new_tokens, ignore_eos=ignore_eos,
+                        sampling_params=sampling_params, timeout=timeout)
 
     def flush_cache(self, wait_s: float = 60.0) -> None:
         """Flush the radix cache once the server is idle.
@@ -520,10 +474,9 @@ class SglangServer:
         return r.json()
 
     def metrics(self) -> dict[str, float]:
-        """`/metrics` parsed to `{name: value}` (needs `--enable-metrics`)."""
-        r = requests.get(f"{self.base_url}/metrics", timeout=30)
-        r.raise_for_status()
-        return parse_prometheus(r.text)
+        """`/metrics` as `{name: value}`, the last sample of each name (needs `--enable-metrics`;
+        `client.fetch_metrics` keeps the labels)."""
+        return fetch_metrics(self.base_url).last_per_name()
 
 
 def raise_keyboard_interrupt_on_signals() -> None:

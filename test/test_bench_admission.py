@@ -12,15 +12,21 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
 import admission  # noqa: E402
+import admission_report  # noqa: E402
+import admission_run  # noqa: E402
+import admission_setup  # noqa: E402
+import admission_workloads  # noqa: E402
+from islands_harness import sched_log  # noqa: E402
+from islands_harness.client import Metrics  # noqa: E402
 
-plan = admission.plan
+plan = admission_setup.plan
 
 
 # ------------------------------------------------------------------------------- pool mapping
 
 
 def test_mapping_reproduces_the_spec_pools():
-    m = admission.plan_mapping()
+    m = admission_setup.plan_mapping()
     prod, cpu, pools = m["production"], m["cpu"], m["pools"]
     # the spec's numbers (planner docstring): SWA pools at 0.32 / 0.17, floor, bind 10.7
     assert pools["0.32"]["prod_swa_pool"] == 236_096
@@ -35,7 +41,7 @@ def test_mapping_reproduces_the_spec_pools():
 
 @pytest.mark.parametrize("key", ["0.32", "0.17", "0.10"])
 def test_cpu_pool_is_the_same_fraction_of_cap_x_hold(key):
-    m = admission.plan_mapping()
+    m = admission_setup.plan_mapping()
     p = m["pools"][key]
     frac = p["prod_swa_pool"] / m["production"]["cap_x_hold"]
     assert p["swa_pool"] == round(frac * m["cpu"]["cap_x_hold"])
@@ -48,7 +54,7 @@ def test_cpu_pool_is_the_same_fraction_of_cap_x_hold(key):
 
 
 def test_island_floor_fits_the_010_equivalent_and_ordering():
-    m = admission.plan_mapping()
+    m = admission_setup.plan_mapping()
     pools, cpu = m["pools"], m["cpu"]
     assert cpu["island_floor"] == plan.island_floor(16, 32, 1, 512) == 512 + 16 * 33
     assert pools["0.10"]["floor_fits"] and pools["0.10"]["swa_pool"] >= cpu["island_floor"]
@@ -62,7 +68,7 @@ def test_island_floor_fits_the_010_equivalent_and_ordering():
 
 
 def test_decode_tail_scaling():
-    m = admission.plan_mapping()
+    m = admission_setup.plan_mapping()
     assert m["production"]["decode_tail"] == plan.decode_tail_tokens(8.5, eviction_interval=128,
                                                                      decode_interval=4096) == 1088
     assert m["cpu"]["decode_tail"] == round(1088 / 16384 * 512) == 34
@@ -70,36 +76,36 @@ def test_decode_tail_scaling():
 
 
 def test_arm_server_args_and_env():
-    m = admission.plan_mapping()
-    cpu = admission.CpuShape()
-    a = admission.arm_server_args(admission.ARMS["islands_0.17"], m, cpu)
+    m = admission_setup.plan_mapping()
+    cpu = admission_setup.CpuShape()
+    a = admission_setup.arm_server_args(admission_report.ARMS["islands_0.17"], m, cpu)
     assert a[a.index("--swa-full-tokens-ratio") + 1] == repr(m["pools"]["0.17"]["server_ratio"])
     assert "--enable-swa-islands" in a and a[a.index("--max-running-requests") + 1] == "16"
     assert a[a.index("--max-total-tokens") + 1] == "65536"
-    c = admission.arm_server_args(admission.ARMS["chunk_cache"], m, cpu)
+    c = admission_setup.arm_server_args(admission_report.ARMS["chunk_cache"], m, cpu)
     assert "--disable-radix-cache" in c and "--swa-full-tokens-ratio" not in c
-    env = admission.arm_env(admission.ARMS["upstream_knobs_0.17"], 34)
+    env = admission_setup.arm_env(admission_report.ARMS["upstream_knobs_0.17"], 34)
     assert env == {"SGLANG_OPT_SWA_SPLIT_LEAF_ON_INSERT": "1",
                    "SGLANG_OPT_SWA_RELEASE_LEAF_LOCK_AFTER_WINDOW": "1",
                    "SGLANG_SWA_EVICTION_INTERVAL": "34"}
-    assert admission.arm_env(admission.ARMS["upstream_0.17"], 0) == {}
+    assert admission_setup.arm_env(admission_report.ARMS["upstream_0.17"], 0) == {}
 
 
 # ------------------------------------------------------------------------------- workloads
 
 
 def test_workloads_are_seeded_and_fit_the_context():
-    cfg = admission.WorkloadConfig(requests=4, convs=2, turns=3)
-    a, b = admission.no_reuse_requests(cfg), admission.no_reuse_requests(cfg)
+    cfg = admission_workloads.WorkloadConfig(requests=4, convs=2, turns=3)
+    a, b = admission_workloads.no_reuse_requests(cfg), admission_workloads.no_reuse_requests(cfg)
     assert a == b and len(a) == 4
     assert all(cfg.in_min <= len(r["input_ids"]) <= cfg.in_max for r in a)
     assert all(cfg.out_min <= r["max_new_tokens"] <= cfg.out_max for r in a)
     assert all(cfg.token_lo <= t < cfg.token_hi for r in a for t in r["input_ids"])
     assert len({tuple(r["input_ids"][:8]) for r in a}) == 4  # no shared prefix
-    s = admission.agent_script(cfg)
-    assert s == admission.agent_script(cfg) and len(s) == 2 and len(s[0]["turns"]) == 3
+    s = admission_workloads.agent_script(cfg)
+    assert s == admission_workloads.agent_script(cfg) and len(s) == 2 and len(s[0]["turns"]) == 3
     assert s[0]["system"] != s[1]["system"]
-    assert admission.agent_max_context(admission.WorkloadConfig()) < 4096
+    assert admission_workloads.agent_max_context(admission_workloads.WorkloadConfig()) < 4096
 
 
 def test_agent_mode_flags_reach_the_workload_and_the_report():
@@ -107,19 +113,19 @@ def test_agent_mode_flags_reach_the_workload_and_the_report():
                               "--reply-min", "150", "--reply-max", "250", "--run-on", "16"])
     cfg = admission.workload_from_args(a)
     assert (cfg.agent_mode, cfg.reply_min, cfg.reply_max, cfg.run_on) == ("while_running", 150, 250, 16)
-    assert all(150 <= t["max_new_tokens"] <= 250 for c in admission.agent_script(cfg) for t in c["turns"])
+    assert all(150 <= t["max_new_tokens"] <= 250 for c in admission_workloads.agent_script(cfg) for t in c["turns"])
     assert admission.workload_from_args(admission.parse_args(["--quick"])).agent_mode == "after_finish"
     with pytest.raises(SystemExit):
         admission.parse_args(["--agent-mode", "sometimes"])
     with pytest.raises(SystemExit):
         admission.workload_from_args(admission.parse_args(["--reply-min", "9", "--reply-max", "8"]))
     with pytest.raises(ValueError):
-        admission.run_agent("http://127.0.0.1:1", [], 1.0, print, mode="sometimes")
+        admission_workloads.run_agent("http://127.0.0.1:1", [], 1.0, print, mode="sometimes")
     r = _synthetic_result()
     r.update(command="x", date="d", repeats=1, runtime_s=60.0, quick=True, eviction_interval=34,
-             workload=dict(admission.dataclasses.asdict(cfg)), arm_order=list(r["arms"]),
+             workload=dict(admission_setup.dataclasses.asdict(cfg)), arm_order=list(r["arms"]),
              png="admission_running.png")
-    assert "while turn k keeps generating 16 more tokens" in admission.to_markdown(r)
+    assert "while turn k keeps generating 16 more tokens" in admission_report.to_markdown(r)
 
 
 # ------------------------------------------------------------------------------- parsing
@@ -137,7 +143,7 @@ LOG = """\
 
 
 def test_parse_log_lines_and_summary():
-    parsed = admission.parse_log_lines(LOG.splitlines())
+    parsed = sched_log.parse_lines(LOG.splitlines())
     assert len(parsed["decode"]) == 3 and len(parsed["prefill"]) == 2
     assert parsed["retract_events"] == [2]
     d0 = parsed["decode"][0]
@@ -145,7 +151,7 @@ def test_parse_log_lines_and_summary():
     assert d0["held_mean"] == 36 and d0["held_max"] == 40 and d0["chunk_islands"] == 77
     assert d0["decode_islands"] == 3 and d0["freed"] == 31537 and d0["tomb"] == 31000
     assert "held_mean" not in parsed["decode"][2]  # an upstream line has no island fragment
-    s = admission.summarize_log(parsed, cap=16)
+    s = admission_run.summarize_log(parsed, cap=16)
     assert s["decode_steps"] == 3 and s["prefill_batches"] == 2
     assert s["prefill_tokens"] == 1012 and s["prefill_cached_tokens"] == 12
     assert s["max_running_decode"] == 16 and s["max_running_log"] == 17  # 15 running + 2 new
@@ -155,7 +161,7 @@ def test_parse_log_lines_and_summary():
     assert s["max_swa_used_tokens"] == 1415 and s["max_swa_usage"] == 0.78
     assert s["max_full_used_tokens"] == 32129 and s["max_full_usage"] == 0.49
     assert s["held_per_req_max"] == 41 and s["max_tombstone_tokens"] == 31537
-    b = admission.parse_boot_log(LOG)
+    b = sched_log.parse_boot(LOG)
     assert b == {"swa_pool_log": 1318, "full_pool_log": 65536, "server_predicted_bind": 3.6}
 
 
@@ -180,11 +186,14 @@ sglang:evicted_tokens_total{cache_type="swa"} 50.0
 
 
 def test_metrics_parsing_and_deltas():
-    before, after = admission.parse_metrics(METRICS_BEFORE), admission.parse_metrics(METRICS_AFTER)
-    assert admission.metric(after, "num_running_reqs") == 16.0
-    assert admission.metric(after, "swa_island_chunk_inserts") == 25.0
-    assert admission.metric(after, "num_running_reqs", 'engine_type="unified"') == 16.0
-    d = admission.counter_deltas(before, after)
+    before, after = Metrics.parse(METRICS_BEFORE), Metrics.parse(METRICS_AFTER)
+    assert after.value("sglang:num_running_reqs") == 16.0
+    assert after.value("sglang:swa_island_chunk_inserts") == 25.0
+    assert after.value("sglang:num_running_reqs", {"engine_type": "unified"}) == 16.0
+    assert after.value("sglang:num_running_reqs", {"engine_type": "x"}, default=None) is None
+    with pytest.raises(KeyError):
+        after.value("sglang:no_such_metric")
+    d = admission_run.counter_deltas(before, after)
     assert d["retractions"] == 3 and d["chunk_islands"] == 15 and d["decode_islands"] == 5
     assert d["island_freed_tokens"] == 500 and d["evicted_tokens"] == 50  # absent before: 0
     assert d["island_reclaimed_cold_tokens"] == 80 and d["island_reclaimed_window_tokens"] == 0
@@ -192,8 +201,8 @@ def test_metrics_parsing_and_deltas():
 
 def test_time_weighted_mean():
     samples = [(0.0, 2.0), (1.0, 4.0), (3.0, 0.0)]
-    assert admission.time_weighted_mean(samples, 0.0, 4.0) == pytest.approx((2 + 8 + 0) / 4)
-    assert admission.time_weighted_mean([], 0.0, 1.0) is None
+    assert admission_run.time_weighted_mean(samples, 0.0, 4.0) == pytest.approx((2 + 8 + 0) / 4)
+    assert admission_run.time_weighted_mean([], 0.0, 1.0) is None
 
 
 def test_agent_hit_rates():
@@ -202,7 +211,7 @@ def test_agent_hit_rates():
         {"conv": 0, "turn": 2, "prompt_tokens": 200, "reusable_tokens": 150, "cached_tokens": 120},
         {"conv": 1, "turn": 2, "prompt_tokens": 200, "reusable_tokens": 150, "cached_tokens": 0},
     ]
-    h = admission.agent_hit_rates(rows)
+    h = admission_workloads.agent_hit_rates(rows)
     assert h["per_turn"]["1"]["hit_rate"] == 0.0 and h["per_turn"]["1"]["hit_of_reusable"] is None
     assert h["agent_hit_rate"] == pytest.approx(120 / 400)
     assert h["agent_hit_of_reusable"] == pytest.approx(120 / 300)
@@ -222,7 +231,7 @@ def _run(arm, rep, running, mean, retr, thr, lat, hit):
 
 
 def _synthetic_result():
-    m = admission.plan_mapping()
+    m = admission_setup.plan_mapping()
     runs = []
     for rep in range(2):
         runs += [
@@ -232,15 +241,15 @@ def _synthetic_result():
             _run("islands_0.17", rep, 16, 12.0, 0, 160.0 + rep, 20.0, 0.9),
             _run("islands_0.10", rep, 16, 11.0, 0, 150.0, 21.0, 0.9),
         ]
-    arms = admission.aggregate(runs, m, 16)
+    arms = admission_report.aggregate(runs, m, 16)
     result = {"cap": 16, "arms": arms, "mapping": m}
-    result["acceptance"] = admission.acceptance(arms, 16)
+    result["acceptance"] = admission_report.acceptance(arms, 16)
     return result
 
 
 def test_aggregate_and_schema():
     result = _synthetic_result()
-    admission.validate_result(result)
+    admission_report.validate_result(result)
     json.loads(json.dumps(result))  # serialisable
     arms = result["arms"]
     assert arms["chunk_cache"]["ratio"] is None and arms["islands_0.17"]["ratio"] == 0.17
@@ -258,21 +267,21 @@ def test_schema_rejects_bad_results():
     bad = json.loads(json.dumps(good))
     del bad["arms"]["islands_0.17"]["agent_hit_rate"]
     with pytest.raises(ValueError, match="missing"):
-        admission.validate_result(bad)
+        admission_report.validate_result(bad)
     bad = json.loads(json.dumps(good))
     bad["arms"]["chunk_cache"]["ratio"] = 0.5
     with pytest.raises(ValueError, match="chunk_cache"):
-        admission.validate_result(bad)
+        admission_report.validate_result(bad)
     with pytest.raises(ValueError, match="cap"):
-        admission.validate_result(dict(good, cap=0))
+        admission_report.validate_result(dict(good, cap=0))
 
 
 def test_markdown_renders_from_a_synthetic_result():
     r = _synthetic_result()
     r.update(command="x", date="d", repeats=2, runtime_s=60.0, quick=True, eviction_interval=34,
-             workload=dict(admission.dataclasses.asdict(admission.WorkloadConfig())),
+             workload=dict(admission_setup.dataclasses.asdict(admission_workloads.WorkloadConfig())),
              arm_order=list(r["arms"]), png="admission_running.png")
-    md = admission.to_markdown(r)
+    md = admission_report.to_markdown(r)
     assert "| `islands_0.17` |" in md and "PASS" in md and "0.10-eq" in md
 
 

@@ -2,13 +2,13 @@
 committed result (schema, the claims it backs, and that the markdown table is rendered from it)."""
 
 import json
-import os
 import pathlib
 import sys
 
 import pytest
 
-from islands_harness.decode_reuse import LogScan, island_inserts
+from islands_harness.client import Metrics
+from islands_harness.conversations import LogScan
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_ROOT / "benchmarks"))
@@ -59,9 +59,11 @@ def test_log_scan_without_the_islands_fragment(tmp_path):
 
 
 def test_island_inserts_by_kind():
-    assert island_inserts(METRICS, "decode") == 4.0
-    assert island_inserts(METRICS, "chunk") == 5.0
-    assert island_inserts("sglang:swa_used_tokens 3.0\n", "decode") is None
+    m = Metrics.parse(METRICS)
+    assert m.value("sglang:swa_island_decode_inserts") == 4.0
+    assert m.value("sglang:swa_island_chunk_inserts") == 5.0
+    assert Metrics.parse("sglang:swa_used_tokens 3.0\n").value(
+        "sglang:swa_island_decode_inserts", default=None) is None
 
 
 def test_cli_help():

@@ -211,10 +211,10 @@ def test_cli_help_and_plan_only():
 def test_smoke_run_on_the_real_server(tmp_path):
     """Two boots (upstream, islands) at the ample pool, the fanout and branch_edit classes: both
     hit, islands at least as much as upstream less a page per request."""
-    out = tmp_path / "p.json"
+    out = tmp_path / "prefix_reuse_smoke.json"
     r = subprocess.run([sys.executable, "benchmarks/prefix_reuse.py", "--smoke",
                         "--arms", "upstream,islands", "--pools", "ample",
-                        "--classes", "fanout,branch_edit", "--json", str(out),
+                        "--classes", "fanout,branch_edit", "--out", str(tmp_path),
                         "--log-dir", str(tmp_path / "logs")], cwd=_ROOT,
                        capture_output=True, text=True, timeout=1500)
     assert r.returncode == 0, r.stderr[-4000:]
@@ -226,4 +226,5 @@ def test_smoke_run_on_the_real_server(tmp_path):
         assert up["cached_tokens"] > 0 and isl["cached_tokens"] > 0, cls
         assert isl["cached_tokens"] >= up["cached_tokens"] - isl["requests"], cls
         assert isl["max_swa_held_per_running_req"] is not None
-    assert (tmp_path / "p.md").exists() and (tmp_path / "p.png").exists()
+    assert (tmp_path / "prefix_reuse_smoke.md").exists()
+    assert (tmp_path / "prefix_reuse_smoke.png").exists()

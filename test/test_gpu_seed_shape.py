@@ -32,7 +32,7 @@ for _p in (ROOT / "benchmarks", ROOT / "scripts"):
 
 import gpu_seed_model  # noqa: E402
 import seed_shape  # noqa: E402
-from islands_harness.decode_reuse import StreamingRequest  # noqa: E402
+from islands_harness.client import StreamingRequest  # noqa: E402
 from islands_harness.server import GenerateResult  # noqa: E402
 from islands_tools import pool_plan as plan  # noqa: E402
 

@@ -11,9 +11,11 @@ import sys
 
 import pytest
 
+from islands_harness import sched_log
 from islands_harness import tiny_model as tm
+from islands_harness.client import Metrics, generate_body
 from islands_harness.server import (BASE_ARGS, PORT_RESERVATIONS, SglangServer, bind_failed,
-                                    ephemeral_port_range, harness_port_range, parse_prometheus,
+                                    ephemeral_port_range, harness_port_range,
                                     pick_free_port, port_is_free, reserve_free_port)
 
 
@@ -79,11 +81,63 @@ def test_oracle_returns_exactly_max_new_tokens_greedy(built):
     assert len(set(a[0])) > 1  # peaky random weights: not a single repeated token
 
 
-def test_parse_prometheus_reads_gauges_and_skips_comments():
+def test_metrics_parse_keeps_labels_and_skips_comments():
     text = ('# HELP sglang:swa_used_tokens x\n# TYPE sglang:swa_used_tokens gauge\n'
             'sglang:swa_used_tokens{model_name="m",engine_type="unified"} 57.0\n'
-            'sglang:kv_used_tokens 3\n')
-    assert parse_prometheus(text) == {"sglang:swa_used_tokens": 57.0, "sglang:kv_used_tokens": 3.0}
+            'sglang:kv_used_tokens 3\n'
+            'sglang:evicted_tokens_total{cache_type="swa"} 5\n'
+            'sglang:evicted_tokens_total{cache_type="full"} 2\n'
+            'sglang:bad_value{x="y"} not-a-number\n')
+    m = Metrics.parse(text)
+    assert m.last_per_name() == {"sglang:swa_used_tokens": 57.0, "sglang:kv_used_tokens": 3.0,
+                                 "sglang:evicted_tokens_total": 2.0}
+    assert m.value("sglang:evicted_tokens_total") == 7.0
+    assert m.value("sglang:evicted_tokens_total", {"cache_type": "swa"}) == 5.0
+    assert m.value("sglang:evicted_tokens_total", agg=max) == 5.0
+    assert m.value("sglang:swa_used_tokens", {"model_name": "m"}) == 57.0
+    assert "sglang:bad_value" not in m and "sglang:kv_used_tokens" in m
+    with pytest.raises(KeyError, match="sglang:bad_value"):
+        m.value("sglang:bad_value")
+    assert m.value("sglang:bad_value", default=0.0) == 0.0
+
+
+def test_generate_body_is_greedy_on_token_ids():
+    b = generate_body([5, 6], 4, rid="r1", sampling_params={"ignore_eos": False})
+    assert b == {"input_ids": [5, 6], "rid": "r1", "sampling_params": {
+        "temperature": 0, "max_new_tokens": 4, "ignore_eos": False}}
+
+
+def _real_decode_line(hold):
+    """A `Decode batch` line as the patched scheduler writes it: upstream's PoolStats formats the
+    usage parts, the reporter prefixes the running requests."""
+    from sglang.srt.managers.scheduler_components.pool_stats_observer import PoolStats
+    from sglang.srt.mem_cache.base_prefix_cache import SWAHoldStats
+
+    stats = PoolStats(full_num_used=1002, full_token_usage=0.02, full_available_size=60000,
+                      full_evictable_size=0, is_hybrid_swa=True, swa_num_used=36,
+                      swa_token_usage=0.01, swa_available_size=4000, swa_evictable_size=10,
+                      swa_hold=hold)
+    return ("[2026-11-29 17:52:17] Decode batch, #running-req: 3, "
+            + ", ".join(stats.get_decode_usage_msg_parts()) + ", cpu graph: False, #queue-req: 2")
+
+
+def test_sched_log_parses_the_lines_the_real_writer_formats():
+    from sglang.srt.mem_cache.base_prefix_cache import SWAHoldStats
+
+    hold = SWAHoldStats(held_per_req_mean=36.4, held_per_req_max=40, chunk_islands=4,
+                        decode_islands=3, freed_at_commit=966, reclaimed_cold=7,
+                        reclaimed_window=2, tombstone_tokens=900)
+    e = sched_log.parse_line(_real_decode_line(hold))
+    assert e == {"kind": "decode", "t": "2026-11-29 17:52:17", "run": 3, "full_tok": 1002,
+                 "full_use": 0.02, "swa_tok": 36, "swa_use": 0.01, "queue": 2, "held_mean": 36,
+                 "held_max": 40, "chunk_islands": 4, "decode_islands": 3, "freed": 966,
+                 "cold": 7, "window": 2, "tomb": 900}
+    plain = sched_log.parse_line(_real_decode_line(None))
+    assert plain["swa_tok"] == 36 and "chunk_islands" not in plain
+    parsed = sched_log.parse_lines([_real_decode_line(hold), "noise",
+                                    "[t] KV cache pool is full. Retract requests. "
+                                    "#retracted_reqs: 2, #new_token_ratio: 0.5"])
+    assert len(parsed["decode"]) == 1 and parsed["retract_events"] == [2]
 
 
 def test_free_port_leaves_room_for_sglang_derived_ports():

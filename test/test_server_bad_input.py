@@ -13,7 +13,7 @@ import json
 import pytest
 import requests
 
-from islands_harness.decode_reuse import StreamingRequest
+from islands_harness.client import StreamingRequest
 from islands_harness.server import SglangServer
 
 pytestmark = pytest.mark.server

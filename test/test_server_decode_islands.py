@@ -48,16 +48,15 @@ import time
 
 import pytest
 
-from islands_harness.decode_reuse import (
+from islands_harness.client import fetch_metrics
+from islands_harness.conversations import (
     LogScan,
-    code_version,
     conversation,
     flush_cache_when_idle,
     follow_up_while_running,
-    island_inserts,
-    metrics_text,
     random_ids,
 )
+from islands_harness.provenance import code_version
 from islands_harness.server import REPO_ROOT, ServerStartError, SglangServer
 
 WINDOW = 32
@@ -123,7 +122,7 @@ def run_arm(model, vocab_hi: int, arm: str) -> ArmRun:
                                        log=lambda m: log(f"{arm}: {m}"))
         work_s = time.monotonic() - t0
         time.sleep(0.5)
-        metric = island_inserts(metrics_text(srv), "decode")
+        metric = fetch_metrics(srv.base_url).value("sglang:swa_island_decode_inserts", default=None)
         stats = scan.stats()
     finally:
         srv.stop()
@@ -304,7 +303,7 @@ def test_ngram_speculative_decoding_on_cpu(arm):
         spec = srv.generate(prompt, n_new, timeout=REQUEST_TIMEOUT_S)
         time.sleep(0.5)
         stats = scan.stats()
-        decode_islands = island_inserts(metrics_text(srv), "decode")
+        decode_islands = fetch_metrics(srv.base_url).value("sglang:swa_island_decode_inserts", default=None)
     finally:
         srv.stop()
     with SglangServer(model, SERVER_ARGS + ARMS[arm], boot_timeout_s=600) as ref_srv:

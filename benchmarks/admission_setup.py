@@ -1,0 +1,232 @@
+"""Admission benchmark, setup: the production deployment, the CPU shape, the pool mapping between
+them (``plan_mapping``), and the arms with their server arguments and environment.
+
+Pool sizes are tokens. ``plan_mapping`` is the one place the production pools at a ratio are
+scaled to the CPU pools (``benchmarks/admission.py --plan-only`` prints it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import _bench_path  # noqa: F401  (puts the repository root on sys.path)
+from islands_harness.knobs import UPSTREAM_KNOBS_ENV as KNOBS_ENV
+from islands_tools import pool_plan as plan
+
+@dataclasses.dataclass(frozen=True)
+class Production:
+    """The deployment of the spec (planner docstring's worked example)."""
+
+    full_bytes: float = 9500.0  # per token, all 5 full layers, fp8
+    swa_bytes: float = 95000.0  # per token, all 25 SWA layers, fp8
+    draft_bytes: float = 10240.0  # per token, speculative draft KV
+    budget_bytes: float = 37e9
+    page: int = 64
+    chunk: int = 16384
+    window: int = 1024
+    cap: int = 48
+    accept_len: float = 8.5  # mean speculative accept length
+    eviction_interval: int = 128  # SGLANG_SWA_EVICTION_INTERVAL default
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuShape:
+    window: int = 32
+    page: int = 1
+    chunk: int = 512
+    cap: int = 16
+    max_total_tokens: int = 65536
+
+
+RATIO_EQUIVALENTS = (0.32, 0.17, 0.10)
+
+
+def server_ratio_for_pool(pool: int, max_total_tokens: int) -> float:
+    """The ``--swa-full-tokens-ratio`` whose SWA pool is exactly ``pool`` tokens at page 1.
+
+    SGLang computes ``floor_p(int(T * r))`` (``swa_island_guard.swa_pool_tokens``); half a token of
+    slack keeps float rounding from landing one token short.
+    """
+    r = round((pool + 0.5) / max_total_tokens, 8)
+    if plan.swa_pool_tokens(max_total_tokens, r, 1) != pool:  # pragma: no cover (sanity)
+        raise AssertionError(f"ratio {r} does not give a pool of {pool}")
+    return r
+
+
+def equivalent_ratio(fraction: float, prod: Production = Production()) -> float:
+    """The production ratio whose SWA pool is ``fraction`` x cap x cp (bisection on the planner)."""
+    kv = plan.KVBytesPerToken(prod.full_bytes, prod.swa_bytes, prod.draft_bytes)
+    target = fraction * prod.cap * prod.chunk
+    lo, hi = 1e-4, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if plan.solve_pool_sizes(kv, prod.budget_bytes, mid, prod.page).swa_tokens < target:
+            lo = mid
+        else:
+            hi = mid
+    return round(hi, 4)
+
+
+def plan_mapping(
+    ratios: Sequence[float] = RATIO_EQUIVALENTS,
+    prod: Production = Production(),
+    cpu: CpuShape = CpuShape(),
+) -> Dict[str, Any]:
+    """Production pools at each ratio -> the CPU pools, server ratios and predicted binds.
+
+    ``fraction(r) = pool_prod(r) / (cap_prod x H_prod)`` with ``H_prod = hold_without_islands``
+    (one chunk); ``pool_cpu = round(fraction x cap_cpu x H_cpu)``; ``server ratio = pool_cpu /
+    --max-total-tokens``. Also the island floors and the decode-tail scaling.
+    """
+    kv = plan.KVBytesPerToken(prod.full_bytes, prod.swa_bytes, prod.draft_bytes)
+    hold_prod = plan.hold_without_islands(prod.window, prod.page, prod.chunk)
+    hold_cpu = plan.hold_without_islands(cpu.window, cpu.page, cpu.chunk)
+    unit_prod = prod.cap * hold_prod
+    unit_cpu = cpu.cap * hold_cpu
+    floor_prod = plan.island_floor(prod.cap, prod.window, prod.page, prod.chunk)
+    floor_cpu = plan.island_floor(cpu.cap, cpu.window, cpu.page, cpu.chunk)
+    tail_prod = plan.decode_tail_tokens(
+        prod.accept_len, eviction_interval=prod.eviction_interval, decode_interval=prod.chunk // 4
+    )
+    tail_cpu = max(1, round(tail_prod / prod.chunk * cpu.chunk))
+    floor_tail_prod = plan.island_floor(
+        prod.cap, prod.window, prod.page, prod.chunk, decode_tail=tail_prod
+    )
+    floor_tail_cpu = plan.island_floor(cpu.cap, cpu.window, cpu.page, cpu.chunk, decode_tail=tail_cpu)
+
+    pools: Dict[str, Dict[str, Any]] = {}
+
+    def row(key: str, r_eq: float, pool_prod: Optional[int], fraction: float) -> None:
+        pool_cpu = int(round(fraction * unit_cpu))
+        pools[key] = {
+            "ratio_equivalent": r_eq,
+            "prod_swa_pool": pool_prod,
+            "prod_full_pool": (
+                plan.solve_pool_sizes(kv, prod.budget_bytes, r_eq, prod.page).full_tokens
+                if pool_prod is not None
+                else None
+            ),
+            "fraction_of_cap_x_hold": round(fraction, 5),
+            "prod_bind_without_islands": (
+                round(plan.admission_bind(pool_prod, hold_prod), 2) if pool_prod else None
+            ),
+            "swa_pool": pool_cpu,
+            "server_ratio": server_ratio_for_pool(pool_cpu, cpu.max_total_tokens),
+            "bind_without_islands": round(plan.admission_bind(pool_cpu, hold_cpu), 2),
+            "island_capacity": plan.island_capacity(pool_cpu, cpu.window, cpu.page, cpu.chunk),
+            "island_capacity_with_tail": plan.island_capacity(
+                pool_cpu, cpu.window, cpu.page, cpu.chunk, decode_tail=tail_cpu
+            ),
+            "floor_margin": round(pool_cpu / floor_cpu - 1, 4),
+            "floor_with_tail_margin": round(pool_cpu / floor_tail_cpu - 1, 4),
+            "floor_fits": pool_cpu >= floor_cpu,
+        }
+
+    for r in ratios:
+        p = plan.solve_pool_sizes(kv, prod.budget_bytes, r, prod.page)
+        row(_ratio_key(r), r, p.swa_tokens, p.swa_tokens / unit_prod)
+    # The leanest islands arm: the CPU pool at the CPU island floor itself.
+    frac_floor = floor_cpu / unit_cpu
+    row("floor", equivalent_ratio(frac_floor, prod), None, frac_floor)
+
+    return {
+        "production": {
+            **dataclasses.asdict(prod),
+            "hold_without_islands": hold_prod,
+            "cap_x_hold": unit_prod,
+            "island_floor": floor_prod,
+            "island_floor_fraction": round(floor_prod / unit_prod, 5),
+            "decode_tail": tail_prod,
+            "island_floor_with_tail": floor_tail_prod,
+            "cp_over_w_plus_p": round(prod.chunk / (prod.window + prod.page), 2),
+        },
+        "cpu": {
+            **dataclasses.asdict(cpu),
+            "hold_without_islands": hold_cpu,
+            "cap_x_hold": unit_cpu,
+            "island_floor": floor_cpu,
+            "island_floor_fraction": round(floor_cpu / unit_cpu, 5),
+            "decode_tail": tail_cpu,
+            "eviction_interval": tail_cpu,  # accept length 1 on CPU: tail tokens == steps
+            "island_floor_with_tail": floor_tail_cpu,
+            "cp_over_w_plus_p": round(cpu.chunk / (cpu.window + cpu.page), 2),
+        },
+        "pools": pools,
+    }
+
+
+def _ratio_key(r: float) -> str:
+    return f"{r:.2f}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    name: str
+    pool_key: Optional[str]  # key into plan_mapping()["pools"]; None: the server sizes the pool
+    args: Tuple[str, ...] = ()
+    env: Tuple[Tuple[str, str], ...] = ()
+    baseline: bool = False  # the arm ratios are taken against
+
+
+ARMS: Dict[str, Arm] = {
+    a.name: a
+    for a in (
+        Arm("chunk_cache", None, ("--disable-radix-cache",)),
+        Arm("upstream_0.32", "0.32"),
+        Arm("upstream_0.17", "0.17", baseline=True),
+        Arm("upstream_knobs_0.17", "0.17", (), tuple(KNOBS_ENV.items())),
+        Arm("islands_0.17", "0.17", ("--enable-swa-islands",)),
+        Arm("islands_0.10", "0.10", ("--enable-swa-islands",)),
+        Arm("upstream_knobs_0.10", "0.10", (), tuple(KNOBS_ENV.items())),
+        Arm("islands_floor", "floor", ("--enable-swa-islands",)),
+        Arm("upstream_knobs_floor", "floor", (), tuple(KNOBS_ENV.items())),
+    )
+}
+
+
+QUICK_ARMS = [
+    "chunk_cache",
+    "upstream_0.32",
+    "upstream_0.17",
+    "upstream_knobs_0.17",
+    "islands_0.17",
+    "islands_0.10",
+]
+
+
+DEFAULT_ARMS = QUICK_ARMS + ["upstream_knobs_0.10"]
+
+
+BASELINE_ARM = "upstream_0.17"
+
+
+def common_server_args(cpu: CpuShape) -> List[str]:
+    return [
+        "--page-size", str(cpu.page),
+        "--chunked-prefill-size", str(cpu.chunk),
+        "--max-total-tokens", str(cpu.max_total_tokens),
+        "--max-running-requests", str(cpu.cap),
+        "--enable-metrics",
+        "--decode-log-interval", "1",
+        "--log-level", "info",
+    ]
+
+
+def arm_server_args(arm: Arm, mapping: Dict[str, Any], cpu: CpuShape) -> List[str]:
+    args = common_server_args(cpu)
+    if arm.pool_key is not None:
+        args += ["--swa-full-tokens-ratio", repr(mapping["pools"][arm.pool_key]["server_ratio"])]
+    return args + list(arm.args)
+
+
+def arm_env(arm: Arm, eviction_interval: int) -> Dict[str, str]:
+    return with_eviction_interval(arm.env, eviction_interval)
+
+
+def with_eviction_interval(env: Dict[str, str], eviction_interval: int) -> Dict[str, str]:
+    """A copy of ``env`` plus ``SGLANG_SWA_EVICTION_INTERVAL`` (0 keeps sglang's default)."""
+    env = dict(env)
+    if eviction_interval > 0:
+        env["SGLANG_SWA_EVICTION_INTERVAL"] = str(eviction_interval)
+    return env
