@@ -80,7 +80,6 @@ import shlex
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -93,7 +92,7 @@ import admission_run  # noqa: E402  (the scheduler-log summary, time-weighted me
 import admission_setup  # noqa: E402  (the seed deployment, the knobs)
 import gpu_seed_model  # noqa: E402  (scripts/gpu_seed_model.py)
 from islands_harness import sched_log  # noqa: E402
-from islands_harness.client import StreamingRequest  # noqa: E402
+from islands_harness.client import POOL_FIELDS, MetricsSampler, StreamingRequest  # noqa: E402
 from islands_harness.server import (  # noqa: E402
     ServerError,
     SglangServer,
@@ -290,41 +289,10 @@ def percentile(values: Sequence[float], q: float) -> Optional[float]:
     return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
 
 
-class MetricsSampler:
-    """``srv.metrics()`` every ``interval`` s in a thread: running, queue, SWA/full used, and the
-    islands' own hold gauges (0 where the cache does not report them)."""
-
-    def __init__(self, srv: SglangServer, interval: float):
-        self.srv, self.interval = srv, interval
-        self.samples: List[Dict[str, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="seed-shape-sampler", daemon=True)
-
-    def start(self) -> "MetricsSampler":
-        self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            t = time.monotonic()
-            try:
-                m = self.srv.metrics()
-                self.samples.append({
-                    "t": t,
-                    "running": m.get("sglang:num_running_reqs", 0.0),
-                    "queue": m.get("sglang:num_queue_reqs", 0.0),
-                    "swa_used": m.get("sglang:swa_used_tokens", 0.0),
-                    "full_used": m.get("sglang:kv_used_tokens", 0.0),
-                    "held_mean": m.get("sglang:swa_held_tokens_per_req_mean", 0.0),
-                    "held_max": m.get("sglang:swa_held_tokens_per_req_max", 0.0),
-                })
-            except Exception:  # noqa: BLE001 - a missed sample under load is fine
-                pass
-            self._stop.wait(max(0.0, self.interval - (time.monotonic() - t)))
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+SAMPLER_FIELDS = {**POOL_FIELDS, "held_mean": "sglang:swa_held_tokens_per_req_mean",
+                  "held_max": "sglang:swa_held_tokens_per_req_max"}
+"""Sampled every profile.sample_s: running, queue, SWA/full used, and the islands' hold gauges
+(0 where the cache does not report them)."""
 
 
 def summarize(arm: Arm, pool, streams: Sequence[StreamingRequest],
@@ -409,7 +377,7 @@ def run_arm(profile: Profile, arm: Arm, model_dir: pathlib.Path, pool, prompts, 
             record["warmup_s"] = round(time.monotonic() - t, 1)
         offset = log_path.stat().st_size
         m0 = srv.metrics()
-        sampler = MetricsSampler(srv, profile.sample_s).start()
+        sampler = MetricsSampler(srv.base_url, profile.sample_s, SAMPLER_FIELDS).start()
         load_deadline = min(time.monotonic() + load_s, deadline - profile.stop_s)
         log(f"{arm.name}: healthy after {record['boot_s']} s; {len(prompts)} requests, window "
             f"up to {load_deadline - time.monotonic():.0f} s")

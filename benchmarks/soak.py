@@ -63,11 +63,10 @@ import requests
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from islands_harness.client import StreamingRequest  # noqa: E402
+from islands_harness.client import StreamingRequest, generate_body  # noqa: E402
 from islands_harness.ops import (  # noqa: E402
     flush,
     flush_ok,
-    get_load,
     kill_connection,
     mval,
     open_request,
@@ -167,20 +166,15 @@ class Traffic:
             return list(rng.choice(self.transcripts)) if self.transcripts else None
 
 
-def _body(ids, n, **extra) -> dict:
-    return {"input_ids": list(ids), "sampling_params": {
-        "temperature": 0, "max_new_tokens": n, "ignore_eos": True}, **extra}
-
-
 def malformed_payloads(vocab: int) -> list[tuple[str, dict]]:
     return [
-        ("id_at_vocab_size", _body([5, 6, vocab], 4)),
-        ("negative_id", _body([5, -1, 7], 4)),
-        ("empty_ids", _body([], 4)),
-        ("string_ids", _body(["a", "b"], 4)),
-        ("longer_than_context", _body([5] * (CONTEXT + 100), 4)),
-        ("negative_max_new_tokens", _body([5, 6, 7], -5)),
-        ("absurd_max_new_tokens", _body([5, 6, 7], 10**9)),
+        ("id_at_vocab_size", generate_body([5, 6, vocab], 4)),
+        ("negative_id", generate_body([5, -1, 7], 4)),
+        ("empty_ids", generate_body([], 4)),
+        ("string_ids", generate_body(["a", "b"], 4)),
+        ("longer_than_context", generate_body([5] * (CONTEXT + 100), 4)),
+        ("negative_max_new_tokens", generate_body([5, 6, 7], -5)),
+        ("absurd_max_new_tokens", generate_body([5, 6, 7], 10**9)),
     ]
 
 
@@ -222,7 +216,7 @@ class Client:
 
     def generate(self, kind: str, ids: list[int], n: int, rid: Optional[str] = None) -> Outcome:
         extra = {"rid": rid} if rid else {}
-        r = requests.post(f"{self.url}/generate", json=_body(ids, n, **extra),
+        r = requests.post(f"{self.url}/generate", json=generate_body(ids, n, **extra),
                           timeout=REQUEST_TIMEOUT_S)
         o = Outcome(kind, list(ids), n, status=r.status_code)
         if r.status_code == 200:

@@ -13,15 +13,15 @@ ends early); ``mval`` raises ``KeyError`` for a metric that is not exported.
 from __future__ import annotations
 
 import json
-import re
 import socket
 import struct
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 import requests
 
-from islands_harness.server import ServerError, SglangServer
+from islands_harness.client import Metrics, ServerError, fetch_metrics, generate_body
+from islands_harness.server import SglangServer
 
 REQ_TIMEOUT_S = 600
 IDLE_TIMEOUT_S = 180
@@ -36,13 +36,10 @@ POOL_GAUGES = (
 
 def post_generate(srv: SglangServer, ids: Sequence[int], n: int, *, rid: str | None = None,
                   extra_key: str | None = None, timeout: float = REQ_TIMEOUT_S) -> dict:
-    body: dict[str, Any] = {"input_ids": list(ids), "sampling_params": {
-        "temperature": 0, "max_new_tokens": n, "ignore_eos": True}}
-    if rid is not None:
-        body["rid"] = rid
-    if extra_key is not None:
-        body["extra_key"] = extra_key
-    r = requests.post(f"{srv.base_url}/generate", json=body, timeout=timeout)
+    """A greedy `/generate` (`client.generate_body`); the response JSON."""
+    fields = {k: v for k, v in (("rid", rid), ("extra_key", extra_key)) if v is not None}
+    r = requests.post(f"{srv.base_url}/generate", json=generate_body(ids, n, **fields),
+                      timeout=timeout)
     if r.status_code != 200:
         raise ServerError(f"/generate -> {r.status_code}: {r.text[:300]}")
     return r.json()
@@ -79,34 +76,16 @@ def wait_idle(srv: SglangServer, timeout: float = IDLE_TIMEOUT_S) -> dict:
         time.sleep(0.2)
 
 
-_SAMPLE = re.compile(r"^([^\s{]+)(?:\{(.*)\})?\s+(\S+)$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+def scrape(srv: SglangServer) -> Metrics:
+    """/metrics, parsed (`client.Metrics`)."""
+    return fetch_metrics(srv.base_url, timeout=60)
 
 
-def scrape(srv: SglangServer) -> list[tuple[str, dict[str, str], float]]:
-    """/metrics as (name, labels, value) samples."""
-    r = requests.get(f"{srv.base_url}/metrics", timeout=60)
-    r.raise_for_status()
-    out = []
-    for line in r.text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if m:
-            out.append((m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))))
-    return out
-
-
-def mval(samples, metric: tuple[str, dict] | str, default: float | None = None) -> float:
-    """Sum of the samples of a metric whose labels include the given ones."""
+def mval(samples: Metrics, metric: tuple[str, dict] | str, default: float | None = None) -> float:
+    """Sum of the samples of a metric whose labels include the given ones (KeyError if none and
+    no default)."""
     name, labels = (metric, {}) if isinstance(metric, str) else metric
-    vals = [v for n, lab, v in samples
-            if n == name and all(lab.get(k) == x for k, x in labels.items())]
-    if not vals:
-        if default is None:
-            raise KeyError(f"{name}{labels or ''} is not in /metrics")
-        return default
-    return sum(vals)
+    return samples.value(name, labels, **({} if default is None else {"default": default}))
 
 
 def tick(srv: SglangServer) -> None:
@@ -134,8 +113,7 @@ def pool_snapshot(srv: SglangServer, settle_s: float = 60.0) -> dict[str, float]
 def open_request(srv: SglangServer, ids: Sequence[int], n: int, rid: str, *,
                  stream: bool) -> socket.socket:
     """POST /generate on a raw socket, so the test can kill the connection mid-request."""
-    body = json.dumps({"input_ids": list(ids), "rid": rid, "stream": stream, "sampling_params": {
-        "temperature": 0, "max_new_tokens": n, "ignore_eos": True}}).encode()
+    body = json.dumps(generate_body(ids, n, rid=rid, stream=stream)).encode()
     s = socket.create_connection((srv.host, srv.port), timeout=REQ_TIMEOUT_S)
     s.sendall(b"POST /generate HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n" % (srv.host.encode(), srv.port, len(body)) + body)

@@ -22,7 +22,6 @@ import argparse
 import dataclasses
 import json
 import pathlib
-import re
 import shlex
 import sys
 import time
@@ -32,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from islands_harness.server import (SglangServer,  # noqa: E402
                                     raise_keyboard_interrupt_on_signals)
+from islands_harness import sched_log  # noqa: E402
 from islands_harness.tiny_model import build_tiny_model  # noqa: E402
 
 # name -> sglang arguments of that arm (on top of DEMO_SERVER_ARGS and --extra-server-args).
@@ -101,26 +101,21 @@ class PoolPeaks:
     previous call.
     """
 
-    _DECODE = re.compile(r"Decode batch.*?#full token: (\d+).*?#swa token: (\d+)")
-    _PREFILL = re.compile(r"Prefill batch.*?full token usage: ([\d.]+), swa token usage: ([\d.]+)")
-
     def __init__(self, log_path: pathlib.Path, swa_pool: float, full_pool: float):
-        self.log_path, self.swa_pool, self.full_pool = log_path, swa_pool, full_pool
-        self.offset = log_path.stat().st_size
+        self.tail = sched_log.LogTail(log_path)
+        self.swa_pool, self.full_pool = swa_pool, full_pool
 
     def peaks(self) -> tuple[float, float]:
-        with open(self.log_path, "rb") as f:
-            f.seek(self.offset)
-            chunk = f.read()
-        cut = chunk.rfind(b"\n") + 1  # leave a partial last line for next time
-        self.offset += cut
         swa = full = 0.0
-        for line in chunk[:cut].decode(errors="replace").splitlines():
-            if m := self._DECODE.search(line):
-                full, swa = max(full, float(m[1])), max(swa, float(m[2]))
-            elif m := self._PREFILL.search(line):
-                full = max(full, round(float(m[1]) * self.full_pool))
-                swa = max(swa, round(float(m[2]) * self.swa_pool))
+        for line in self.tail.advance().splitlines():
+            e = sched_log.parse_line(line)
+            if e is None or e["kind"] == "retract":
+                continue
+            if e["kind"] == "decode":
+                full, swa = max(full, float(e["full_tok"])), max(swa, float(e["swa_tok"]))
+            else:
+                full = max(full, round(e["full_use"] * self.full_pool))
+                swa = max(swa, round(e["swa_use"] * self.swa_pool))
         return swa, full
 
 

@@ -90,7 +90,6 @@ import json
 import os
 import pathlib
 import random
-import re
 import shlex
 import sys
 import threading
@@ -101,6 +100,7 @@ from typing import Any, Callable, Optional
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from islands_harness.client import Metrics, StreamingRequest, fetch_metrics  # noqa: E402
 from islands_harness.server import SglangServer  # noqa: E402
 
 SHIM_DIR = ROOT / "test" / "shims" / "wrong_frontier"
@@ -380,28 +380,8 @@ class DeviceServer(SglangServer):
                 *self.base_args, "--host", self.host, "--port", str(self.port), *self.extra_args]
 
 
-def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Prometheus text -> {name: [(labels, value), ...]} (islands_harness.server.parse_prometheus
-    keeps one sample per name; the island counters need their `kind` label)."""
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    pat = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)$')
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = pat.match(line.strip())
-        if not m:
-            continue
-        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
-        try:
-            out.setdefault(m.group(1), []).append((labels, float(m.group(4))))
-        except ValueError:
-            continue
-    return out
-
-
-def gauge(metrics, name: str, default: Optional[float] = None) -> Optional[float]:
-    samples = metrics.get(name)
-    return samples[-1][1] if samples else default
+def gauge(metrics: Metrics, name: str, default: Optional[float] = None) -> Optional[float]:
+    return metrics.value(name, default=default)
 
 
 POOL_GAUGES = {
@@ -424,34 +404,10 @@ def fmt_pool(p: dict[str, Any]) -> str:
 
 def stream_generate(base_url: str, ids: list[int], n: int,
                     on_progress: Callable[[list[int]], None], timeout: float) -> Served:
-    """Streaming greedy /generate; `on_progress(output_ids_so_far)` after every chunk. Output ids
-    come back cumulative (sglang's default); incremental chunks are concatenated instead."""
-    import requests
-
-    sp = {"temperature": 0, "max_new_tokens": n, "ignore_eos": True}
-    last: dict[str, Any] = {}
-    acc: list[int] = []
-    cur: list[int] = []
-    with requests.post(f"{base_url}/generate", json={"input_ids": ids, "sampling_params": sp,
-                                                     "stream": True},
-                       stream=True, timeout=timeout) as resp:
-        if resp.status_code != 200:
-            raise RuntimeError(f"/generate (stream) returned {resp.status_code}: "
-                               f"{resp.text[:300]}")
-        for line in resp.iter_lines():
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                break
-            last = json.loads(payload)
-            chunk = list(last.get("output_ids", []))
-            done = int(last.get("meta_info", {}).get("completion_tokens", 0))
-            acc.extend(chunk)
-            cur = chunk if len(chunk) == done else list(acc)
-            on_progress(cur)
-    meta = last.get("meta_info", {})
-    return Served(cur, int(meta.get("cached_tokens", 0) or 0), int(meta.get("prompt_tokens", 0)))
+    """Streaming greedy /generate; `on_progress(output_ids_so_far)` after every chunk."""
+    res = StreamingRequest(base_url, ids, n, timeout=timeout, on_progress=on_progress,
+                           name="base").start().wait(timeout)
+    return Served(res.output_ids, res.cached_tokens, res.prompt_tokens)
 
 
 def common_server_args(args: argparse.Namespace, page: int) -> list[str]:
@@ -520,7 +476,7 @@ class Boot:
         self.results: dict[str, Served] = {}
         self.readings: dict[str, Any] = {}
         self.error: Optional[str] = None
-        self.metrics_end: dict = {}
+        self.metrics_end = Metrics([])
         self.work_s = 0.0
 
     # -- lifecycle
@@ -536,12 +492,8 @@ class Boot:
         except Exception as e:  # noqa: BLE001
             self.error = self.error or f"stop failed: {e}"
 
-    def metrics(self) -> dict:
-        import requests
-
-        r = requests.get(f"{self.srv.base_url}/metrics", timeout=30)
-        r.raise_for_status()
-        return parse_metrics(r.text)
+    def metrics(self) -> Metrics:
+        return fetch_metrics(self.srv.base_url)
 
     # -- workload
     def resolve(self, r: Req, partial: Optional[list[int]] = None) -> list[int]:
@@ -734,14 +686,11 @@ def print_conservation(label: str, readings: dict[str, Any]) -> None:
         say(f"  conservation [{label}] {pool:4s} | " + " | ".join(parts))
 
 
-def island_counters(metrics: dict) -> Optional[dict[str, float]]:
+def island_counters(metrics: Metrics) -> Optional[dict[str, float]]:
     """Island inserts by kind (``sglang:swa_island_{chunk,decode}_inserts``); None if absent."""
-    out: dict[str, float] = {}
-    for kind in ("chunk", "decode"):
-        samples = metrics.get(f"sglang:swa_island_{kind}_inserts")
-        if samples:
-            out[kind] = sum(v for _, v in samples)
-    return out or None
+    out = {kind: metrics.value(f"sglang:swa_island_{kind}_inserts", default=None)
+           for kind in ("chunk", "decode")}
+    return {k: v for k, v in out.items() if v is not None} or None
 
 
 def expected_status(r: Req, prompt_len: int, page: int) -> str:

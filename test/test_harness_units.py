@@ -111,7 +111,6 @@ def _real_decode_line(hold):
     """A `Decode batch` line as the patched scheduler writes it: upstream's PoolStats formats the
     usage parts, the reporter prefixes the running requests."""
     from sglang.srt.managers.scheduler_components.pool_stats_observer import PoolStats
-    from sglang.srt.mem_cache.base_prefix_cache import SWAHoldStats
 
     stats = PoolStats(full_num_used=1002, full_token_usage=0.02, full_available_size=60000,
                       full_evictable_size=0, is_hybrid_swa=True, swa_num_used=36,

@@ -49,6 +49,7 @@ import psutil
 import pytest
 import requests
 
+from islands_harness import sched_log
 from islands_harness.ops import (
     REQ_TIMEOUT_S,
     flush,
@@ -112,9 +113,13 @@ HELD_MAX = ("sglang:swa_held_tokens_per_req_max", {})
 ABORTED = ("sglang:num_aborted_requests_total", {})
 RETRACTED = ("sglang:num_retracted_requests_total", {})
 
-DECODE_FRAGMENT = re.compile(
-    r"swa held/req: (\d+) \(max (\d+)\), islands: (\d+) chunk \+ (\d+) decode, "
-    r"swa reclaimed: (\d+) at commit \+ \d+ cold \+ \d+ window, #tombstone token: (\d+)")
+
+
+def hold_fragments(log: str) -> list[dict[str, str]]:
+    """The SWA hold fragments of the Decode log lines (`sched_log.HOLD`), in log order."""
+    return [m.groupdict() for m in sched_log.HOLD.finditer(log)]
+
+
 CHUNK_128_LINE = re.compile(rf"Prefill batch, #new-seq: \d+, #new-token: {CHUNK},")
 
 REPORT: dict[str, Any] = {}
@@ -387,10 +392,10 @@ def test_island_metrics_match_a_known_workload(on, ref, fleet):
     tick(on)
     m1 = island_counts(scrape(on))
     d = delta(m0, m1)
-    lines = DECODE_FRAGMENT.findall(log_since(on, off0))
+    lines = hold_fragments(log_since(on, off0))
 
     REPORT["metrics"] = {"workload": {"N": N, "P": P, "G": G}, "before": m0, "after": m1,
-                         "delta": d, "held_max_log": max(int(x[1]) for x in lines),
+                         "delta": d, "held_max_log": max(int(x["held_max"]) for x in lines),
                          "held_max_polled": max(polled), "polls": len(polled),
                          "decode_log_lines": len(lines)}
     assert [o["output_ids"] for o in outs] == [ref(p, G) for p in prompts], (
@@ -413,12 +418,12 @@ def test_island_metrics_match_a_known_workload(on, ref, fleet):
     assert m1["tombstone"] == d["freed"] == N * per_request, (m1, d, N * per_request)
 
     assert lines, "no 'swa held/req ... #tombstone token' fragment on the Decode log lines"
-    held_log = [int(x[1]) for x in lines]
+    held_log = [int(x["held_max"]) for x in lines]
     assert max(held_log) <= HOLD_BOUND, f"max held/req {max(held_log)} > w + 2p + 32 = {HOLD_BOUND}"
     assert max(held_log) > 0
     assert polled and max(polled) <= HOLD_BOUND, polled
     # The last Decode line and Prometheus come from the same report call.
-    last = [int(x) for x in lines[-1][2:6]]
+    last = [int(lines[-1][k]) for k in ("chunk_islands", "decode_islands", "freed", "tomb")]
     assert last == [m1["chunk"], m1["decode"], m1["freed"], m1["tombstone"]], (lines[-1], m1)
 
     flush_ok(on)
@@ -687,7 +692,7 @@ def test_retraction_under_pool_exhaustion(retract, ref, fleet):
     retracted = mval(m1, RETRACTED, 0.0) - mval(m0, RETRACTED, 0.0)
     REPORT["retraction"] = {"num_retractions_per_req": per_req, "metric_delta": retracted,
                             "log_lines": log.count("KV cache pool is full. Retract requests."),
-                            "held_max_log": max((int(x[1]) for x in DECODE_FRAGMENT.findall(log)),
+                            "held_max_log": max((int(x["held_max"]) for x in hold_fragments(log)),
                                                 default=None)}
     assert "KV cache pool is full. Retract requests." in log
     assert retracted >= 1 and sum(per_req) >= 1, REPORT["retraction"]
