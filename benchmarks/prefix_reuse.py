@@ -97,6 +97,7 @@ import admission_workloads  # noqa: E402
 from bench_outputs import add_output_args, output_paths, write_files, write_json, write_text  # noqa: E402,E501
 from islands_harness import sched_log  # noqa: E402
 from islands_harness.client import generate, thread_session  # noqa: E402
+from islands_harness.main_arm import main_python  # noqa: E402
 from islands_harness.provenance import git_head  # noqa: E402
 
 ROOT = _bench_path.ROOT
@@ -109,7 +110,9 @@ ARMS: Dict[str, Dict[str, Any]] = {
     "islands_eager": {"args": ("--enable-swa-islands", "--swa-islands-reclaim", "eager"), "env": {}},
     "islands": {"args": ("--enable-swa-islands",), "env": {}},
     "islands_auto": {"args": ("--enable-swa-islands", "--swa-islands-reclaim", "auto"), "env": {}},
+    "main": {"args": (), "env": {}, "main": True},
 }
+"""``main``: stock sglang 0.5.23 (``islands_harness.main_arm``), default settings; run when named."""
 DEFAULT_ARMS = ("upstream", "upstream_knobs", "islands_eager", "islands")
 """The issue's four arms; ``islands_auto`` (eager below the watermark) runs when named in --arms."""
 ISLAND_ARMS = ("islands_eager", "islands", "islands_auto")
@@ -712,8 +715,9 @@ def run_boot(arm: str, pool_name: str, pool: Dict[str, Any], scripts: Dict[str, 
     log(f"{tag} booting (SWA pool {pool['swa_pool']}, ratio {pool['server_ratio']})"
         + (f", env {' '.join(f'{k}={v}' for k, v in env.items())}" if env else ""))
     islands = arm in ISLAND_ARMS
+    python = main_python() if ARMS[arm].get("main") else None
     with SglangServer(model_dir, args, env=env, omp_threads=a.omp_threads, log_path=log_path,
-                      boot_timeout_s=a.boot_timeout) as srv:
+                      boot_timeout_s=a.boot_timeout, python=python) as srv:
         out["boot_s"] = round(srv.boot_s, 1)
         out.update(sched_log.parse_boot(srv.log_path.read_text(errors="replace")))
         if out.get("swa_pool_log") not in (None, pool["swa_pool"]):
@@ -920,6 +924,8 @@ def to_markdown(result: Dict[str, Any]) -> str:
              "(`--enable-swa-islands --swa-islands-reclaim eager`), `islands` "
              "(`--enable-swa-islands`, default reclaim `lazy`)"
              + (", `islands_auto` (`--swa-islands-reclaim auto`)" if "islands_auto" in result.get("arms", {}) else "")
+             + (", `main` (stock sglang 0.5.23, upstream main, default settings: its own cache, "
+                "`UnifiedRadixCache`, and pool sizing)" if "main" in result.get("arms", {}) else "")
              + ".\n")
     L.append("## Workloads\n")
     wl = result.get("workload") or {}
@@ -1015,7 +1021,7 @@ def to_markdown(result: Dict[str, Any]) -> str:
 
 
 COLORS = {"upstream": "#d62728", "upstream_knobs": "#ff7f0e", "islands_eager": "#17becf",
-          "islands": "#2ca02c", "islands_auto": "#9467bd"}
+          "islands": "#2ca02c", "islands_auto": "#9467bd", "main": "#7f7f7f"}
 
 
 def plot(result: Dict[str, Any], png: pathlib.Path) -> None:

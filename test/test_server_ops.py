@@ -436,7 +436,7 @@ def test_island_metrics_match_a_known_workload(on, ref, fleet):
 
 def test_islands_off_server_reports_no_island_series(off):
     tick(off)
-    names = {n for n, _, _ in scrape(off)}
+    names = {n for n, _, _ in scrape(off).samples}
     assert "sglang:swa_available_tokens" in names  # hybrid SWA pools are reported ...
     assert not [n for n in names if "swa_island" in n or "swa_tombstone" in n or "swa_held" in n]
     assert "swa held/req" not in off.log_path.read_text(errors="replace")  # ... islands are not
