@@ -30,7 +30,9 @@ Arms (one boot each, same arguments otherwise):
   ``SGLANG_OPT_SWA_RELEASE_LEAF_LOCK_AFTER_WINDOW=1``;
 * ``islands_0.17`` / ``islands_0.10``: ``--enable-swa-islands``;
 * ``islands_floor`` (opt-in via ``--arms``): islands with the SWA pool at the island floor
-  ``cp + N (w + p)`` itself.
+  ``cp + N (w + p)`` itself;
+* ``main_0.17`` / ``main_0.10`` (opt-in via ``--arms``): stock sglang 0.5.23 (upstream main, its
+  own ``UnifiedRadixCache``) from ``.venv-main`` (``scripts/setup_main.sh``), same arguments.
 
 Workloads (seeded; identical token totals in every arm; temperature 0, ``ignore_eos``):
 

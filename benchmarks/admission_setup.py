@@ -68,6 +68,72 @@ def equivalent_ratio(fraction: float, prod: Production = Production()) -> float:
     return round(hi, 4)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Holds:
+    """One shape's per-request hold and island floors, in tokens."""
+
+    hold: int  # hold_without_islands: one chunk
+    unit: int  # cap x hold
+    floor: int  # island floor
+    tail: int  # decode tail
+    floor_tail: int  # island floor with the decode tail
+
+
+def _holds(shape, tail: int) -> _Holds:
+    hold = plan.hold_without_islands(shape.window, shape.page, shape.chunk)
+    return _Holds(
+        hold=hold,
+        unit=shape.cap * hold,
+        floor=plan.island_floor(shape.cap, shape.window, shape.page, shape.chunk),
+        tail=tail,
+        floor_tail=plan.island_floor(shape.cap, shape.window, shape.page, shape.chunk,
+                                     decode_tail=tail),
+    )
+
+
+def _shape_summary(shape, h: _Holds, **after_tail: int) -> Dict[str, Any]:
+    return {
+        **dataclasses.asdict(shape),
+        "hold_without_islands": h.hold,
+        "cap_x_hold": h.unit,
+        "island_floor": h.floor,
+        "island_floor_fraction": round(h.floor / h.unit, 5),
+        "decode_tail": h.tail,
+        **after_tail,
+        "island_floor_with_tail": h.floor_tail,
+        "cp_over_w_plus_p": round(shape.chunk / (shape.window + shape.page), 2),
+    }
+
+
+def _pool_row(r_eq: float, pool_prod: Optional[int], fraction: float, prod: Production,
+              cpu: CpuShape, kv, hp: _Holds, hc: _Holds) -> Dict[str, Any]:
+    """One pool: the production pool at ``r_eq`` (None for the floor row) scaled to the CPU."""
+    pool_cpu = int(round(fraction * hc.unit))
+    return {
+        "ratio_equivalent": r_eq,
+        "prod_swa_pool": pool_prod,
+        "prod_full_pool": (
+            plan.solve_pool_sizes(kv, prod.budget_bytes, r_eq, prod.page).full_tokens
+            if pool_prod is not None
+            else None
+        ),
+        "fraction_of_cap_x_hold": round(fraction, 5),
+        "prod_bind_without_islands": (
+            round(plan.admission_bind(pool_prod, hp.hold), 2) if pool_prod else None
+        ),
+        "swa_pool": pool_cpu,
+        "server_ratio": server_ratio_for_pool(pool_cpu, cpu.max_total_tokens),
+        "bind_without_islands": round(plan.admission_bind(pool_cpu, hc.hold), 2),
+        "island_capacity": plan.island_capacity(pool_cpu, cpu.window, cpu.page, cpu.chunk),
+        "island_capacity_with_tail": plan.island_capacity(
+            pool_cpu, cpu.window, cpu.page, cpu.chunk, decode_tail=hc.tail
+        ),
+        "floor_margin": round(pool_cpu / hc.floor - 1, 4),
+        "floor_with_tail_margin": round(pool_cpu / hc.floor_tail - 1, 4),
+        "floor_fits": pool_cpu >= hc.floor,
+    }
+
+
 def plan_mapping(
     ratios: Sequence[float] = RATIO_EQUIVALENTS,
     prod: Production = Production(),
@@ -80,78 +146,26 @@ def plan_mapping(
     --max-total-tokens``. Also the island floors and the decode-tail scaling.
     """
     kv = plan.KVBytesPerToken(prod.full_bytes, prod.swa_bytes, prod.draft_bytes)
-    hold_prod = plan.hold_without_islands(prod.window, prod.page, prod.chunk)
-    hold_cpu = plan.hold_without_islands(cpu.window, cpu.page, cpu.chunk)
-    unit_prod = prod.cap * hold_prod
-    unit_cpu = cpu.cap * hold_cpu
-    floor_prod = plan.island_floor(prod.cap, prod.window, prod.page, prod.chunk)
-    floor_cpu = plan.island_floor(cpu.cap, cpu.window, cpu.page, cpu.chunk)
     tail_prod = plan.decode_tail_tokens(
         prod.accept_len, eviction_interval=prod.eviction_interval, decode_interval=prod.chunk // 4
     )
-    tail_cpu = max(1, round(tail_prod / prod.chunk * cpu.chunk))
-    floor_tail_prod = plan.island_floor(
-        prod.cap, prod.window, prod.page, prod.chunk, decode_tail=tail_prod
-    )
-    floor_tail_cpu = plan.island_floor(cpu.cap, cpu.window, cpu.page, cpu.chunk, decode_tail=tail_cpu)
+    hp = _holds(prod, tail_prod)
+    hc = _holds(cpu, max(1, round(tail_prod / prod.chunk * cpu.chunk)))
 
     pools: Dict[str, Dict[str, Any]] = {}
-
-    def row(key: str, r_eq: float, pool_prod: Optional[int], fraction: float) -> None:
-        pool_cpu = int(round(fraction * unit_cpu))
-        pools[key] = {
-            "ratio_equivalent": r_eq,
-            "prod_swa_pool": pool_prod,
-            "prod_full_pool": (
-                plan.solve_pool_sizes(kv, prod.budget_bytes, r_eq, prod.page).full_tokens
-                if pool_prod is not None
-                else None
-            ),
-            "fraction_of_cap_x_hold": round(fraction, 5),
-            "prod_bind_without_islands": (
-                round(plan.admission_bind(pool_prod, hold_prod), 2) if pool_prod else None
-            ),
-            "swa_pool": pool_cpu,
-            "server_ratio": server_ratio_for_pool(pool_cpu, cpu.max_total_tokens),
-            "bind_without_islands": round(plan.admission_bind(pool_cpu, hold_cpu), 2),
-            "island_capacity": plan.island_capacity(pool_cpu, cpu.window, cpu.page, cpu.chunk),
-            "island_capacity_with_tail": plan.island_capacity(
-                pool_cpu, cpu.window, cpu.page, cpu.chunk, decode_tail=tail_cpu
-            ),
-            "floor_margin": round(pool_cpu / floor_cpu - 1, 4),
-            "floor_with_tail_margin": round(pool_cpu / floor_tail_cpu - 1, 4),
-            "floor_fits": pool_cpu >= floor_cpu,
-        }
-
     for r in ratios:
         p = plan.solve_pool_sizes(kv, prod.budget_bytes, r, prod.page)
-        row(_ratio_key(r), r, p.swa_tokens, p.swa_tokens / unit_prod)
+        pools[_ratio_key(r)] = _pool_row(r, p.swa_tokens, p.swa_tokens / hp.unit, prod, cpu, kv,
+                                         hp, hc)
     # The leanest islands arm: the CPU pool at the CPU island floor itself.
-    frac_floor = floor_cpu / unit_cpu
-    row("floor", equivalent_ratio(frac_floor, prod), None, frac_floor)
+    frac_floor = hc.floor / hc.unit
+    pools["floor"] = _pool_row(equivalent_ratio(frac_floor, prod), None, frac_floor, prod, cpu,
+                               kv, hp, hc)
 
     return {
-        "production": {
-            **dataclasses.asdict(prod),
-            "hold_without_islands": hold_prod,
-            "cap_x_hold": unit_prod,
-            "island_floor": floor_prod,
-            "island_floor_fraction": round(floor_prod / unit_prod, 5),
-            "decode_tail": tail_prod,
-            "island_floor_with_tail": floor_tail_prod,
-            "cp_over_w_plus_p": round(prod.chunk / (prod.window + prod.page), 2),
-        },
-        "cpu": {
-            **dataclasses.asdict(cpu),
-            "hold_without_islands": hold_cpu,
-            "cap_x_hold": unit_cpu,
-            "island_floor": floor_cpu,
-            "island_floor_fraction": round(floor_cpu / unit_cpu, 5),
-            "decode_tail": tail_cpu,
-            "eviction_interval": tail_cpu,  # accept length 1 on CPU: tail tokens == steps
-            "island_floor_with_tail": floor_tail_cpu,
-            "cp_over_w_plus_p": round(cpu.chunk / (cpu.window + cpu.page), 2),
-        },
+        "production": _shape_summary(prod, hp),
+        # accept length 1 on CPU: tail tokens == steps
+        "cpu": _shape_summary(cpu, hc, eviction_interval=hc.tail),
         "pools": pools,
     }
 
@@ -167,6 +181,7 @@ class Arm:
     args: Tuple[str, ...] = ()
     env: Tuple[Tuple[str, str], ...] = ()
     baseline: bool = False  # the arm ratios are taken against
+    main: bool = False  # stock sglang 0.5.23 in .venv-main (islands_harness.main_arm)
 
 
 ARMS: Dict[str, Arm] = {
@@ -181,6 +196,8 @@ ARMS: Dict[str, Arm] = {
         Arm("upstream_knobs_0.10", "0.10", (), tuple(KNOBS_ENV.items())),
         Arm("islands_floor", "floor", ("--enable-swa-islands",)),
         Arm("upstream_knobs_floor", "floor", (), tuple(KNOBS_ENV.items())),
+        Arm("main_0.17", "0.17", main=True),
+        Arm("main_0.10", "0.10", main=True),
     )
 }
 

@@ -8,15 +8,17 @@ Every arm boots `python -m sglang.launch_server` (through `islands_harness.serve
 with identical arguments (`SERVER_ARGS`: window 32, page 1, chunked prefill 512 so the default
 decode-island interval is 512/4 = 128, `--decode-log-interval 1`, `--enable-metrics`);
 `upstream_knobs` adds `islands_harness.knobs.UPSTREAM_KNOBS_ENV` (split leaf on insert, release
-the leaf lock after the window) to the environment, `islands` adds `--enable-swa-islands`. One
-run does the arms one after the other, with the same seeded workload. The radix cache is flushed between phases, so the phases do not feed each other:
+the leaf lock after the window) to the environment, `islands` adds `--enable-swa-islands`; `main`
+(run when named in `--arms`) is stock sglang 0.5.23, upstream main with its own
+`UnifiedRadixCache`, booted from `.venv-main` (`scripts/setup_main.sh`) with the same arguments.
+One run does the arms one after the other, with the same seeded workload. The radix cache is flushed between phases, so the phases do not feed each other:
 
 1. `follow_up`: request A (prompt `--prompt-len`) streams; once it has generated
    >= k*128 + delta tokens, B = A's prompt + A's output so far + 20 new tokens is sent while A still
    runs. `hit_tokens_on_running_output` = B's cached_tokens - len(prompt) (>= 0);
    `expected_min_hit_tokens` = k*128 for islands (the decode-island floor at page 1) and 0 for
-   both upstream arms (which cache a running request's prompt only: neither knob inserts during
-   decode).
+   the upstream arms and main (which cache a running request's prompt only: neither knob inserts
+   during decode, and main inserts generated text at finish).
 2. `conversation_<mode>`: one conversation of `--turns` turns shaped like the measured upstream
    baseline (prompt 2000, 300 tokens per turn, 50 new user tokens): each turn re-sends the
    transcript. `after_finish`: a turn is sent when the previous one finished; `while_running`: as
@@ -62,6 +64,7 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from islands_harness import sched_log  # noqa: E402
 from islands_harness.client import MetricsSampler, fetch_metrics  # noqa: E402
 from islands_harness.conversations import (  # noqa: E402
     LogScan,
@@ -73,6 +76,7 @@ from islands_harness.conversations import (  # noqa: E402
 )
 from islands_harness.provenance import code_version  # noqa: E402
 from islands_harness.knobs import UPSTREAM_KNOBS_ENV  # noqa: E402
+from islands_harness.main_arm import main_python  # noqa: E402
 from islands_harness.server import SglangServer  # noqa: E402
 
 WINDOW = 32
@@ -87,7 +91,9 @@ SERVER_ARGS = [
     "--enable-metrics",
     "--decode-log-interval", "1",
 ]
-ARMS = {"upstream": [], "upstream_knobs": [], "islands": ["--enable-swa-islands"]}
+ARMS = {"upstream": [], "upstream_knobs": [], "islands": ["--enable-swa-islands"], "main": []}
+"""``main``: stock sglang 0.5.23 in `.venv-main` (``islands_harness.main_arm``), default settings;
+run when named in --arms."""
 ARM_ENV = {"upstream_knobs": UPSTREAM_KNOBS_ENV}
 # The upstream baseline measured on this model and shape (prompt 2000, 300 tokens per turn,
 # 50 user tokens; /work/shared/reference/cpu-spike/baseline, multiturn): cached / prompt tokens.
@@ -180,10 +186,136 @@ def turn_rows(turns: list[Turn]) -> list[dict[str, Any]]:
     return [t.row() for t in turns]
 
 
+def pool_sizes(srv: SglangServer) -> tuple[int, int]:
+    """(SWA pool, full pool) in tokens: available + evictable + used from /metrics, else the
+    boot log (stock main exports no SWA pool split)."""
+    m = fetch_metrics(srv.base_url)
+    swa = sum(m.value(f"sglang:swa_{k}_tokens", default=0.0, agg=max)
+              for k in ("available", "evictable", "used"))
+    full = sum(m.value(f"sglang:kv_{k}_tokens", default=0.0, agg=max)
+               for k in ("available", "evictable", "used"))
+    boot = sched_log.parse_boot(srv.log_path.read_text(errors="replace"))
+    return int(swa or boot.get("swa_pool_log") or 0), int(full or boot.get("full_pool_log") or 0)
+
+
+def follow_up_phase(srv: SglangServer, swa_pool: int, shape: Shape, vocab_hi: int,
+                    outputs: dict[str, list[int]], log) -> tuple[dict[str, Any], Any]:
+    """Phase 1: B = A's prompt + A's output so far + 20 tokens, sent while A still runs."""
+    rng = random.Random(shape.seed)
+    with Phase(srv, swa_pool, "follow_up") as ph:
+        prompt = random_ids(rng, shape.prompt_len, vocab_hi)
+        fu = follow_up_while_running(
+            srv, prompt, k=shape.k, delta=shape.delta, interval=shape.interval,
+            a_max_new=shape.k * shape.interval + shape.delta + 96,
+            b_new=random_ids(rng, 20, vocab_hi), log=log)
+    outputs["follow_up/A"], outputs["follow_up/B"] = fu.a_output_ids, fu.b_output_ids
+    summary = {
+        **ph.summary([(fu.prompt_len, 0), (fu.b_prompt_len, fu.b_cached_tokens)]),
+        "prompt_len": fu.prompt_len, "generated_at_send": fu.generated_at_send,
+        "b_prompt_len": fu.b_prompt_len, "b_cached_tokens": fu.b_cached_tokens,
+        "a_running_when_b_done": fu.a_running_when_b_done,
+    }
+    return summary, fu
+
+
+def conversation_phase(srv: SglangServer, swa_pool: int, shape: Shape, vocab_hi: int, mode: str,
+                       outputs: dict[str, list[int]], log) -> dict[str, Any]:
+    """Phase 2: the baseline-shaped conversation in one mode (turn 1 is a cold prompt)."""
+    crng = random.Random(f"{shape.seed}/conversation")
+    first = random_ids(crng, shape.prompt_len, vocab_hi)
+    users = [random_ids(crng, shape.user, vocab_hi) for _ in range(shape.turns - 1)]
+    with Phase(srv, swa_pool, f"conversation_{mode}") as ph:
+        turns = conversation(srv, first, users, gen=shape.gen, mode=mode,
+                             run_on=shape.run_on, log=log)
+    for t in turns:
+        outputs[f"conversation_{mode}/turn{t.turn}"] = t.output_ids
+    return {**ph.summary([(t.prompt_len, t.cached_tokens) for t in turns]),
+            "turns": turn_rows(turns)}
+
+
+def agent_plans(shape: Shape, vocab_hi: int) -> list[tuple[list[int], list[int], list[list[int]]]]:
+    """Per agent: (first prompt, tokens to generate per turn, tool results), from the seed."""
+    arng = random.Random(f"{shape.seed}/agents")
+    plans = []
+    for _ in range(shape.agents):
+        first = random_ids(arng, arng.randint(*shape.agent_prompt), vocab_hi)
+        gens = [arng.randint(*shape.agent_gen) for _ in range(shape.turns)]
+        tools = [random_ids(arng, arng.randint(*shape.agent_tool), vocab_hi)
+                 for _ in range(shape.turns - 1)]
+        plans.append((first, gens, tools))
+    return plans
+
+
+def run_agents(srv: SglangServer, plans, run_on: int, log) -> dict[int, list[Turn]]:
+    """Every agent's while_running conversation, each in its own thread."""
+    results: dict[int, list[Turn]] = {}
+    errors: list[BaseException] = []
+
+    def agent(i: int) -> None:
+        first, gens, tools = plans[i]
+        try:
+            results[i] = conversation(srv, first, tools, gen=gens, mode="while_running",
+                                      run_on=run_on, log=log, name=f" agent{i}")
+        except BaseException as e:  # re-raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=agent, args=(i,)) for i in range(len(plans))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def agents_per_turn(results: dict[int, list[Turn]], turns: int) -> list[dict[str, Any]]:
+    """Turn j summed over the agents: cached share and how much of the previous output hit."""
+    per_turn = []
+    for j in range(turns):
+        ts = [results[i][j] for i in sorted(results)]
+        prompt_tok = sum(t.prompt_len for t in ts)
+        cached = sum(t.cached_tokens for t in ts)
+        prev = [t.prev_output_covered for t in ts if t.prev_output_covered is not None]
+        per_turn.append({
+            "turn": j + 1, "prompt_tokens": prompt_tok, "cached_tokens": cached,
+            "cached_share": round(cached / prompt_tok, 4),
+            "prev_output_tokens_resent": sum(t.prev_transcript_len - t.prev_prompt_len
+                                             for t in ts if t.prev_prompt_len is not None),
+            "prev_output_tokens_hit": sum(prev) if prev else None,
+            "prev_running_at_admit": sum(bool(t.prev_running_at_admit) for t in ts),
+        })
+    return per_turn
+
+
+def agents_phase(srv: SglangServer, swa_pool: int, shape: Shape, vocab_hi: int,
+                 outputs: dict[str, list[int]], log) -> dict[str, Any]:
+    """Phase 3: concurrent seeded agents, each sending its next turn while the last one runs."""
+    plans = agent_plans(shape, vocab_hi)
+    with Phase(srv, swa_pool, "agents") as ph:
+        results = run_agents(srv, plans, shape.run_on, log)
+    for i, ts in results.items():
+        for t in ts:
+            outputs[f"agents/agent{i}/turn{t.turn}"] = t.output_ids
+    return {
+        **ph.summary([(t.prompt_len, t.cached_tokens) for ts in results.values() for t in ts]),
+        "per_turn": agents_per_turn(results, shape.turns),
+        "turns": {f"agent{i}": turn_rows(ts) for i, ts in sorted(results.items())}}
+
+
+def island_counts(srv: SglangServer) -> tuple[Any, Any]:
+    """(decode islands, chunk islands) inserted; None where the server exports no such counter."""
+    time.sleep(0.5)
+    m = fetch_metrics(srv.base_url)
+    return (m.value("sglang:swa_island_decode_inserts", default=None),
+            m.value("sglang:swa_island_chunk_inserts", default=None))
+
+
 def run_arm(model: pathlib.Path, vocab_hi: int, arm: str, shape: Shape,
             extra_args: list[str]) -> dict[str, Any]:
+    """One boot of ``arm``: the three phases in order, the cache flushed before each."""
     srv = SglangServer(model, SERVER_ARGS + ARMS[arm] + extra_args, boot_timeout_s=900,
-                       env=ARM_ENV.get(arm))
+                       env=ARM_ENV.get(arm), python=main_python() if arm == "main" else None)
     progress(f"{arm}: booting")
     code = code_version()
     srv.start()
@@ -192,111 +324,25 @@ def run_arm(model: pathlib.Path, vocab_hi: int, arm: str, shape: Shape,
     phases: dict[str, dict[str, Any]] = {}
     log = lambda m: progress(f"  {arm}: {m}")  # noqa: E731
     try:
-        m = srv.metrics()
-        swa_pool = int(m["sglang:swa_available_tokens"] + m["sglang:swa_evictable_tokens"]
-                       + m["sglang:swa_used_tokens"])
-        full_pool = int(m["sglang:kv_available_tokens"] + m["sglang:kv_evictable_tokens"]
-                        + m["sglang:kv_used_tokens"])
-        rng = random.Random(shape.seed)
-
-        # 1. follow-up while running
-        with Phase(srv, swa_pool, "follow_up") as ph:
-            prompt = random_ids(rng, shape.prompt_len, vocab_hi)
-            fu = follow_up_while_running(
-                srv, prompt, k=shape.k, delta=shape.delta, interval=shape.interval,
-                a_max_new=shape.k * shape.interval + shape.delta + 96,
-                b_new=random_ids(rng, 20, vocab_hi), log=log)
-        outputs["follow_up/A"], outputs["follow_up/B"] = fu.a_output_ids, fu.b_output_ids
-        phases["follow_up"] = {
-            **ph.summary([(fu.prompt_len, 0), (fu.b_prompt_len, fu.b_cached_tokens)]),
-            "prompt_len": fu.prompt_len, "generated_at_send": fu.generated_at_send,
-            "b_prompt_len": fu.b_prompt_len, "b_cached_tokens": fu.b_cached_tokens,
-            "a_running_when_b_done": fu.a_running_when_b_done,
-        }
-
-        # 2. the baseline-shaped conversation
+        swa_pool, full_pool = pool_sizes(srv)
+        phases["follow_up"], fu = follow_up_phase(srv, swa_pool, shape, vocab_hi, outputs, log)
         for mode in shape.modes:
-            crng = random.Random(f"{shape.seed}/conversation")
-            first = random_ids(crng, shape.prompt_len, vocab_hi)
-            users = [random_ids(crng, shape.user, vocab_hi) for _ in range(shape.turns - 1)]
-            with Phase(srv, swa_pool, f"conversation_{mode}") as ph:
-                turns = conversation(srv, first, users, gen=shape.gen, mode=mode,
-                                     run_on=shape.run_on, log=log)
-            for t in turns:
-                outputs[f"conversation_{mode}/turn{t.turn}"] = t.output_ids
-            # cached of turn 1 is a cold prompt: 0
-            phases[f"conversation_{mode}"] = {
-                **ph.summary([(t.prompt_len, t.cached_tokens) for t in turns]),
-                "turns": turn_rows(turns)}
-
-        # 3. concurrent agents (while_running)
-        arng = random.Random(f"{shape.seed}/agents")
-        plans = []
-        for i in range(shape.agents):
-            first = random_ids(arng, arng.randint(*shape.agent_prompt), vocab_hi)
-            gens = [arng.randint(*shape.agent_gen) for _ in range(shape.turns)]
-            tools = [random_ids(arng, arng.randint(*shape.agent_tool), vocab_hi)
-                     for _ in range(shape.turns - 1)]
-            plans.append((first, gens, tools))
-        results: dict[int, list[Turn]] = {}
-        errors: list[BaseException] = []
-
-        def agent(i: int) -> None:
-            first, gens, tools = plans[i]
-            try:
-                results[i] = conversation(srv, first, tools, gen=gens, mode="while_running",
-                                          run_on=shape.run_on, log=log, name=f" agent{i}")
-            except BaseException as e:  # re-raised below
-                errors.append(e)
-
-        with Phase(srv, swa_pool, "agents") as ph:
-            threads = [threading.Thread(target=agent, args=(i,)) for i in range(shape.agents)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        if errors:
-            raise errors[0]
-        per_turn = []
-        for j in range(shape.turns):
-            ts = [results[i][j] for i in range(shape.agents)]
-            prompt_tok = sum(t.prompt_len for t in ts)
-            cached = sum(t.cached_tokens for t in ts)
-            prev = [t.prev_output_covered for t in ts if t.prev_output_covered is not None]
-            per_turn.append({
-                "turn": j + 1, "prompt_tokens": prompt_tok, "cached_tokens": cached,
-                "cached_share": round(cached / prompt_tok, 4),
-                "prev_output_tokens_resent": sum(t.prev_transcript_len - t.prev_prompt_len
-                                                 for t in ts if t.prev_prompt_len is not None),
-                "prev_output_tokens_hit": sum(prev) if prev else None,
-                "prev_running_at_admit": sum(bool(t.prev_running_at_admit) for t in ts),
-            })
-        for i, ts in results.items():
-            for t in ts:
-                outputs[f"agents/agent{i}/turn{t.turn}"] = t.output_ids
-        phases["agents"] = {
-            **ph.summary([(t.prompt_len, t.cached_tokens) for ts in results.values() for t in ts]),
-            "per_turn": per_turn,
-            "turns": {f"agent{i}": turn_rows(ts) for i, ts in sorted(results.items())}}
-
-        time.sleep(0.5)
-        m = fetch_metrics(srv.base_url)
-        decode_islands = m.value("sglang:swa_island_decode_inserts", default=None)
-        chunk_islands = m.value("sglang:swa_island_chunk_inserts", default=None)
+            phases[f"conversation_{mode}"] = conversation_phase(
+                srv, swa_pool, shape, vocab_hi, mode, outputs, log)
+        phases["agents"] = agents_phase(srv, swa_pool, shape, vocab_hi, outputs, log)
+        decode_islands, chunk_islands = island_counts(srv)
     finally:
         srv.stop()
     progress(f"{arm}: done, server stopped")
-    hit = max(0, fu.b_cached_tokens - fu.prompt_len)
+    peaks = {k: max(p[k] for p in phases.values()) for k in (
+        "peak_swa_used", "peak_swa_used_decode", "peak_swa_used_prefill", "peak_swa_used_metrics")}
     return {
-        "hit_tokens_on_running_output": hit,
+        "hit_tokens_on_running_output": max(0, fu.b_cached_tokens - fu.prompt_len),
         "expected_min_hit_tokens": shape.k * shape.interval if arm == "islands" else 0,
         "follow_up_b_cached_tokens": fu.b_cached_tokens,
         "prefill_tokens_computed": sum(p["prefill_tokens_computed"] for p in phases.values()),
         "prefill_new_tokens_log": sum(p["prefill_new_tokens_log"] for p in phases.values()),
-        "peak_swa_used": max(p["peak_swa_used"] for p in phases.values()),
-        "peak_swa_used_decode": max(p["peak_swa_used_decode"] for p in phases.values()),
-        "peak_swa_used_prefill": max(p["peak_swa_used_prefill"] for p in phases.values()),
-        "peak_swa_used_metrics": max(p["peak_swa_used_metrics"] for p in phases.values()),
+        **peaks,
         "prefill_usage_resolution_tokens": round(0.005 * swa_pool),
         "swa_pool_tokens": swa_pool,
         "full_pool_tokens": full_pool,
@@ -407,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="benchmarks/decode_reuse.py",
         description="Decode-region prefix reuse on the real SGLang server (CPU, tiny hybrid-SWA "
-                    "model), arms upstream, upstream_knobs and islands in one run.",
+                    "model), arms upstream, upstream_knobs and islands (and main, stock sglang 0.5.23, when "
+                    "named) in one run.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--quick", action="store_true",
                     help="small shape (prompt 1000, 2 turns of 160 tokens, 2 agents, "
