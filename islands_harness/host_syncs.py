@@ -15,7 +15,36 @@ import contextlib
 from typing import Dict
 
 
+@contextlib.contextmanager
+def _cuda_sync_watch(c):
+    """On a CUDA stack (``ISLANDS_TEST_DEVICE=cuda``), torch's own detector as well: every call
+    that synchronises the host with the device warns under ``set_sync_debug_mode("warn")``;
+    added to counter ``c`` as ``cuda_sync`` (a measurement, where the aten op kinds that
+    :func:`make_sync_counter` counts are a static proxy). A no-op on a CPU stack."""
+    import torch
+
+    from islands_harness.stack import stack_device
+
+    if stack_device() != "cuda":
+        yield
+        return
+    import warnings
+
+    prev = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode(prev)
+    c.add("cuda_sync", sum("synchroniz" in str(w.message) for w in seen))
+
+
 def make_sync_counter():
+    """A ``Counter`` class (torch imported only now): ``Counter().active()`` counts, while it is
+    entered, every aten op (``aten_ops``) and each host-blocking kind of :data:`SYNC_KEYS` into
+    ``Counter.counts``, plus ``cuda_sync`` on a CUDA stack."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -41,28 +70,6 @@ def make_sync_counter():
         def active(self):
             with _Fn(self), _Disp(self), _cuda_sync_watch(self):
                 yield
-
-    @contextlib.contextmanager
-    def _cuda_sync_watch(c):
-        """On a CUDA stack (``ISLANDS_TEST_DEVICE=cuda``), torch's own detector as well: every call
-        that synchronises the host with the device warns under ``set_sync_debug_mode("warn")``;
-        counted as ``cuda_sync`` (a measurement, where the op list above is a static proxy)."""
-        from islands_harness.stack import stack_device
-
-        if stack_device() != "cuda":
-            yield
-            return
-        import warnings
-
-        prev = torch.cuda.get_sync_debug_mode()
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                yield
-            finally:
-                torch.cuda.set_sync_debug_mode(prev)
-        c.add("cuda_sync", sum("synchroniz" in str(w.message) for w in seen))
 
     class _Disp(TorchDispatchMode):
         def __init__(self, c):

@@ -118,25 +118,22 @@ def stack_device() -> str:
     return os.environ.get("ISLANDS_TEST_DEVICE", "cpu")
 
 
-def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
-    """``ISLANDS_TEST_DEVICE=cuda`` builds the same stack on a GPU (``scripts/gpu_check.sh``)."""
-    cfg = cfg or StackConfig(**kw)
-    device = stack_device()
+def _prepare_process(cfg: StackConfig, device: str) -> None:
+    """Process settings the stack needs before sglang is imported: on CPU the CPU engine, and the
+    Triton interpreter for page sizes > 1 (the paged allocator launches Triton kernels); sglang's
+    logging at WARNING and warnings ignored."""
     if device == "cpu":
         if cfg.page > 1:
             os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     logging.getLogger("sglang").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore")
-    import torch
 
-    from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
-    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-    from sglang.srt.mem_cache.common import get_req_to_token_extra_context_len
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
-    from sglang.srt.mem_cache.registry import TreeCacheBuildContext, create_tree_cache
-    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+
+def _server_args(cfg: StackConfig, device: str):
+    """The ``ServerArgs`` of a scheduler serving the tiny Laguna config with ``cfg``'s page,
+    chunk, islands flags, context length and SWA ratio; installed as the scheduler's global
+    server args."""
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
     sa = ServerArgs(
@@ -154,8 +151,19 @@ def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
         swa_full_tokens_ratio=cfg.ratio,
     )
     set_global_server_args_for_scheduler(sa)
-    mc = ModelConfig.from_server_args(sa)
-    assert mc.is_hybrid_swa, "tiny Laguna config must be hybrid SWA"
+    return sa
+
+
+def _memory_pools(cfg: StackConfig, sa, mc, device: str):
+    """``(req_to_token_pool, kv_pool, allocator)``: ``cfg.max_reqs`` request rows, an
+    ``SWAKVPool`` of ``cfg.full_pool`` full and ``cfg.swa_pool`` SWA token slots (float32) and
+    the ``SWATokenToKVPoolAllocator`` over it."""
+    import torch
+
+    from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
+    from sglang.srt.mem_cache.common import get_req_to_token_extra_context_len
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 
     req_to_token_pool = ReqToTokenPool(
         size=cfg.max_reqs,
@@ -185,6 +193,15 @@ def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
         kvcache=kv_pool,
         need_sort=cfg.need_sort,
     )
+    return req_to_token_pool, kv_pool, allocator
+
+
+def _tree_cache(cfg: StackConfig, sa, mc, req_to_token_pool, allocator):
+    """The tree cache ``create_tree_cache`` makes for this hybrid SWA scheduler (tp 1, no
+    hierarchical cache): ``SWAIslandRadixCache`` with islands on, ``SWARadixCache`` without."""
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.registry import TreeCacheBuildContext, create_tree_cache
+
     params = CacheInitParams(
         disable=False,
         req_to_token_pool=req_to_token_pool,
@@ -198,7 +215,7 @@ def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
         swa_islands_decode_interval=sa.swa_islands_decode_interval,
         swa_islands_reclaim=sa.swa_islands_reclaim,
     )
-    tree = create_tree_cache(
+    return create_tree_cache(
         TreeCacheBuildContext(
             server_args=sa,
             params=params,
@@ -215,4 +232,20 @@ def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
             full_tokens_per_layer=cfg.full_pool,
         )
     )
+
+
+def build_stack(cfg: Optional[StackConfig] = None, **kw) -> Stack:
+    """The stack for ``cfg`` (or ``StackConfig(**kw)``), built in the scheduler's order: server
+    args, model config (must be hybrid SWA), pools and allocator, tree cache.
+    ``ISLANDS_TEST_DEVICE=cuda`` builds the same stack on a GPU (``scripts/gpu_check.sh``)."""
+    cfg = cfg or StackConfig(**kw)
+    device = stack_device()
+    _prepare_process(cfg, device)
+    from sglang.srt.configs.model_config import ModelConfig
+
+    sa = _server_args(cfg, device)
+    mc = ModelConfig.from_server_args(sa)
+    assert mc.is_hybrid_swa, "tiny Laguna config must be hybrid SWA"
+    req_to_token_pool, kv_pool, allocator = _memory_pools(cfg, sa, mc, device)
+    tree = _tree_cache(cfg, sa, mc, req_to_token_pool, allocator)
     return Stack(cfg, sa, mc, req_to_token_pool, kv_pool, allocator, tree)

@@ -450,13 +450,17 @@ def cmd_refresh(args) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="scripts/patches.py",
-        description=__doc__.split("\n\n", 1)[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+def _add_site_packages_option(p: argparse.ArgumentParser) -> None:
+    """``--site-packages DIR``: the installed sglang a subcommand works on."""
+    p.add_argument(
+        "--site-packages", metavar="DIR",
+        help="directory that contains the installed 'sglang' package "
+        "(default: the one the running interpreter imports)",
     )
+
+
+def _add_location_options(ap: argparse.ArgumentParser) -> None:
+    """The options every subcommand shares: where the series, our modules and the wheel live."""
     ap.add_argument(
         "--patches-dir", default=str(DEFAULT_PATCHES), metavar="DIR",
         help="directory holding 'series' and the *.patch files (default: %(default)s)",
@@ -470,11 +474,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the pristine wheel is kept (default: %(default)s); "
         "env SWA_ISLANDS_WHEEL=FILE uses that wheel instead",
     )
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
+
+def _add_fetch_parser(sub) -> None:
     p = sub.add_parser("fetch", help="download the pristine wheel into the cache if missing; print its path")
     p.set_defaults(func=cmd_fetch)
 
+
+def _add_check_parser(sub) -> None:
     p = sub.add_parser(
         "check",
         help="check that every patch of the series applies cleanly, in order, to pristine files",
@@ -483,6 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_check)
 
+
+def _add_apply_parser(sub) -> None:
     p = sub.add_parser(
         "apply",
         help="build the patched engine in an installed sglang package",
@@ -491,34 +500,37 @@ def build_parser() -> argparse.ArgumentParser:
         "modules over the package. Idempotent. If a patch does not apply, the touched files "
         "are left pristine and the exit status is 1.",
     )
-    p.add_argument(
-        "--site-packages", metavar="DIR",
-        help="directory that contains the installed 'sglang' package "
-        "(default: the one the running interpreter imports)",
-    )
+    _add_site_packages_option(p)
     p.set_defaults(func=cmd_apply)
 
-    for name, func, help_, desc in (
-        ("status", cmd_status, "say whether an installed sglang is pristine, patched (and by "
-         "which series) or changed by someone else, file by file",
-         "Compare every file the series or the last apply touches with the pristine wheel and "
-         f"with what apply recorded in sglang/{MANIFEST_NAME}. Exit 0 (pristine or patched), "
-         "3 (a file changed by someone else), 1 (not sglang " + SGLANG_VERSION + ")."),
-        ("revert", cmd_revert, "restore an installed sglang to the pristine release (our "
-         "patches and modules out)",
-         "Restore every file the last apply touched from the pristine wheel, remove our modules "
-         f"and sglang/{MANIFEST_NAME}. Idempotent. Refuses, changing nothing, when the installed "
-         f"sglang is not {SGLANG_VERSION} or when someone else changed one of those files "
-         "(named in the message)."),
-    ):
-        p = sub.add_parser(name, help=help_, description=desc)
-        p.add_argument(
-            "--site-packages", metavar="DIR",
-            help="directory that contains the installed 'sglang' package "
-            "(default: the one the running interpreter imports)",
-        )
-        p.set_defaults(func=func)
 
+def _add_status_parser(sub) -> None:
+    p = sub.add_parser(
+        "status",
+        help="say whether an installed sglang is pristine, patched (and by "
+        "which series) or changed by someone else, file by file",
+        description="Compare every file the series or the last apply touches with the pristine "
+        f"wheel and with what apply recorded in sglang/{MANIFEST_NAME}. Exit 0 (pristine or "
+        "patched), 3 (a file changed by someone else), 1 (not sglang " + SGLANG_VERSION + ").",
+    )
+    _add_site_packages_option(p)
+    p.set_defaults(func=cmd_status)
+
+
+def _add_revert_parser(sub) -> None:
+    p = sub.add_parser(
+        "revert",
+        help="restore an installed sglang to the pristine release (our patches and modules out)",
+        description="Restore every file the last apply touched from the pristine wheel, remove "
+        f"our modules and sglang/{MANIFEST_NAME}. Idempotent. Refuses, changing nothing, when the "
+        f"installed sglang is not {SGLANG_VERSION} or when someone else changed one of those "
+        "files (named in the message).",
+    )
+    _add_site_packages_option(p)
+    p.set_defaults(func=cmd_revert)
+
+
+def _add_worktree_parser(sub) -> None:
     p = sub.add_parser(
         "worktree",
         help="make a git repo with pristine files + one commit per patch, for editing patches",
@@ -535,6 +547,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_worktree)
 
+
+def _add_refresh_parser(sub) -> None:
     p = sub.add_parser(
         "refresh",
         help="regenerate patches/*.patch and patches/series from a worktree",
@@ -545,7 +559,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", metavar="DIR", help="a worktree made by `patches.py worktree`")
     p.set_defaults(func=cmd_refresh)
 
-    add_export_parser(sub)
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: the shared location options, then one subparser per COMMAND, in the
+    order ``--help`` lists them."""
+    ap = argparse.ArgumentParser(
+        prog="scripts/patches.py",
+        description=__doc__.split("\n\n", 1)[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_location_options(ap)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    for add in (_add_fetch_parser, _add_check_parser, _add_apply_parser, _add_status_parser,
+                _add_revert_parser, _add_worktree_parser, _add_refresh_parser, add_export_parser):
+        add(sub)
     return ap
 
 
