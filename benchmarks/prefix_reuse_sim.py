@@ -37,7 +37,10 @@ from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _bench_path  # noqa: E402  (puts the repository root and benchmarks/ on sys.path)
-import prefix_reuse as pr  # noqa: E402
+import admission_setup  # noqa: E402
+from prefix_reuse_arms import ARMS, CPU, POOLS, comma_choice, pool_table  # noqa: E402
+from prefix_reuse_workloads import (CLASSES, PRESETS, build_scripts,  # noqa: E402
+                                    expected_shared_per_request, in_script_order)
 from bench_outputs import add_output_args, output_paths, write_files, write_json, write_text  # noqa: E402,E501
 from islands_harness.provenance import git_head  # noqa: E402
 
@@ -47,13 +50,13 @@ OUTPUT_FILES = {"json": "prefix_reuse_sim.json", "md": "prefix_reuse_sim.md"}
 SIM_ARMS: Dict[str, Dict[str, Any]] = {
     # name: StackConfig fields and the environment while the arm runs
     "upstream": {"islands": False, "reclaim": "lazy", "env": {}},
-    "upstream_knobs": {"islands": False, "reclaim": "lazy", "env": dict(pr.admission_setup.KNOBS_ENV)},
+    "upstream_knobs": {"islands": False, "reclaim": "lazy", "env": dict(admission_setup.KNOBS_ENV)},
     "islands_eager": {"islands": True, "reclaim": "eager", "env": {}},
     "islands": {"islands": True, "reclaim": "lazy", "env": {}},
     "islands_auto": {"islands": True, "reclaim": "auto", "env": {}},
 }
 # every server arm but `main` (another sglang release, in its own environment: not simulable here)
-assert set(SIM_ARMS) == set(pr.ARMS) - {"main"}, "the simulated arms are the server benchmark's"
+assert set(SIM_ARMS) == set(ARMS) - {"main"}, "the simulated arms are the server benchmark's"
 
 Spec = Tuple[List[int], int, Tuple]  # (input ids, max new tokens, order)
 Client = Iterator[List[Spec]]  # yields a group of requests, receives their outputs
@@ -91,7 +94,7 @@ def _branch_conv(c: Dict[str, Any]) -> Client:
 
 
 def phases(cls: str, script: Any) -> List[List[Client]]:
-    """The class's clients, as barrier-separated phases (``prefix_reuse.run_*`` in order)."""
+    """The class's clients, as barrier-separated phases (``prefix_reuse_clients.run_*`` in order)."""
     if cls == "fanout":
         docs = script["docs"]
 
@@ -190,7 +193,7 @@ def run_one(arm: str, swa_pool: int, cls: str, script: Any, eviction_interval: i
     from islands_harness.sim import MiniScheduler
     from islands_harness.stack import build_stack, env_overrides
 
-    a, cpu = SIM_ARMS[arm], pr.CPU
+    a, cpu = SIM_ARMS[arm], CPU
     env = {**a["env"], "SGLANG_SWA_EVICTION_INTERVAL": str(eviction_interval)}
     with env_overrides(env):
         stack = build_stack(window=cpu.window, page=cpu.page, chunk=cpu.chunk,
@@ -198,7 +201,7 @@ def run_one(arm: str, swa_pool: int, cls: str, script: Any, eviction_interval: i
                             islands=a["islands"], reclaim=a["reclaim"], ratio=0.5)
         sched = MiniScheduler(stack, max_running=cpu.cap, next_token=next_token)
         rows = run_class(sched, cls, script, latency)
-    exp = pr.expected_shared_per_request(pr._by_order(rows), cpu.page)
+    exp = expected_shared_per_request(in_script_order(rows), cpu.page)
     return {"cached_tokens": sum(r["cached_tokens"] for r in rows), "expected_shared_tokens": sum(exp),
             "prompt_tokens": sum(len(r["input_ids"]) for r in rows), "requests": len(rows),
             "retractions": sched.retractions}
@@ -216,24 +219,24 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(
         prog="benchmarks/prefix_reuse_sim.py",
         description=__doc__.split("\n\n")[0].replace("\n", " "),
-        epilog="arms: " + ", ".join(SIM_ARMS) + "; pools: " + ", ".join(pr.POOLS)
-               + "; classes: " + ", ".join(pr.CLASSES),
+        epilog="arms: " + ", ".join(SIM_ARMS) + "; pools: " + ", ".join(POOLS)
+               + "; classes: " + ", ".join(CLASSES),
     )
-    ap.add_argument("--preset", choices=sorted(pr.PRESETS), default="quick",
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="quick",
                     help="workload sizes (prefix_reuse.py's presets; default quick)")
     ap.add_argument("--seeds", default="0-2", help="workload seeds, e.g. 0-4 or 0,3 (default 0-2)")
     ap.add_argument("--arms", default=",".join(SIM_ARMS), help="comma list (default all)")
-    ap.add_argument("--pools", default=",".join(pr.POOLS), help="comma list (default all)")
-    ap.add_argument("--classes", default=",".join(pr.CLASSES), help="comma list (default all)")
+    ap.add_argument("--pools", default=",".join(POOLS), help="comma list (default all)")
+    ap.add_argument("--classes", default=",".join(CLASSES), help="comma list (default all)")
     ap.add_argument("--latency-steps", type=int, default=0,
                     help="scheduler steps between a client's finished group and its next group "
                          "joining the queue, as the server's HTTP round trip delays it (default 0)")
     add_output_args(ap, OUTPUT_FILES)
     a = ap.parse_args(argv)
     a.seed_list = _seeds(a.seeds)
-    a.arm_list = pr._csv(a.arms, list(SIM_ARMS), "arms", ap)
-    a.pool_list = pr._csv(a.pools, pr.POOLS, "pools", ap)
-    a.class_list = pr._csv(a.classes, pr.CLASSES, "classes", ap)
+    a.arm_list = comma_choice(a.arms, list(SIM_ARMS), "arms", ap)
+    a.pool_list = comma_choice(a.pools, POOLS, "pools", ap)
+    a.class_list = comma_choice(a.classes, CLASSES, "classes", ap)
     return a
 
 
@@ -299,15 +302,15 @@ def to_markdown(result: Dict[str, Any]) -> str:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    mapping = pr.admission_setup.plan_mapping()
-    pools = pr.pool_table(mapping)
+    mapping = admission_setup.plan_mapping()
+    pools = pool_table(mapping)
     evict = mapping["cpu"]["eviction_interval"]
     t0 = time.monotonic()
     arms: Dict[str, Dict[str, Dict[str, Dict[str, List[int]]]]] = {}
     n, total = 0, len(a.seed_list) * len(a.arm_list) * len(a.pool_list) * len(a.class_list)
     for seed in a.seed_list:
-        wl = dataclasses.replace(pr.PRESETS[a.preset], seed=seed)
-        scripts = pr.build_scripts(wl, a.class_list)
+        wl = dataclasses.replace(PRESETS[a.preset], seed=seed)
+        scripts = build_scripts(wl, a.class_list)
         for pool in a.pool_list:
             for arm in a.arm_list:
                 for cls in a.class_list:

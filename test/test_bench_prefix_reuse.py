@@ -1,6 +1,7 @@
 """benchmarks/prefix_reuse.py: the expected-hit oracle, the seeded workloads, the acceptance rules
 and the committed result (seconds, no server), plus one smoke run on the real server."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,7 +12,13 @@ import pytest
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
-import prefix_reuse as pr  # noqa: E402
+from prefix_reuse_arms import ARMS, DEFAULT_ARMS, POOLS  # noqa: E402
+from prefix_reuse_clients import plan_classes  # noqa: E402
+from prefix_reuse_report import CLASS_KEYS, COLORS, acceptance, validate_result  # noqa: E402
+from prefix_reuse_run import class_extra  # noqa: E402
+from prefix_reuse_workloads import (CLASSES, PRESETS, build_branch_edit, build_scripts,  # noqa: E402
+                                    build_shared_system, check_workload, common_prefix_len,
+                                    expected_shared_per_request, expected_shared_tokens)
 
 QUICK_JSON = os.path.join(_ROOT, "benchmarks", "results", "prefix_reuse_quick.json")
 
@@ -27,16 +34,16 @@ def test_expected_shared_is_the_longest_prefix_of_an_earlier_prompt_plus_output(
         ([1, 2, 3, 4], []),  # all 4 shared, capped at len - 1 = 3
         ([7, 7], [1]),  # nothing: 0
     ]
-    assert pr.expected_shared_per_request(reqs) == [0, 5, 2, 3, 0]
-    assert pr.expected_shared_per_request(reqs, page=2) == [0, 4, 2, 2, 0]
-    assert pr.expected_shared_tokens(reqs, page=2) == 8
+    assert expected_shared_per_request(reqs) == [0, 5, 2, 3, 0]
+    assert expected_shared_per_request(reqs, page=2) == [0, 4, 2, 2, 0]
+    assert expected_shared_tokens(reqs, page=2) == 8
 
 
 def test_common_prefix_len():
-    assert pr.common_prefix_len([1, 2, 3], [1, 2, 4]) == 2
-    assert pr.common_prefix_len([1, 2, 3], [1, 2, 3, 4]) == 3
-    assert pr.common_prefix_len([], [1]) == 0
-    assert pr.common_prefix_len([5], [6]) == 0
+    assert common_prefix_len([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix_len([1, 2, 3], [1, 2, 3, 4]) == 3
+    assert common_prefix_len([], [1]) == 0
+    assert common_prefix_len([5], [6]) == 0
 
 
 # ------------------------------------------------------------------------------- workloads
@@ -44,15 +51,15 @@ def test_common_prefix_len():
 
 @pytest.mark.parametrize("preset", ["full", "quick", "smoke"])
 def test_workloads_are_seeded_and_fit_the_context(preset):
-    wl = pr.PRESETS[preset]
-    pr.check_workload(wl)
-    assert pr.build_scripts(wl) == pr.build_scripts(wl)
-    other = pr.build_scripts(pr.dataclasses.replace(wl, seed=wl.seed + 1))
-    assert other != pr.build_scripts(wl)
+    wl = PRESETS[preset]
+    check_workload(wl)
+    assert build_scripts(wl) == build_scripts(wl)
+    other = build_scripts(dataclasses.replace(wl, seed=wl.seed + 1))
+    assert other != build_scripts(wl)
 
 
 def test_divergence_points_are_distinct_tokens():
-    s = pr.build_scripts(pr.PRESETS["quick"])
+    s = build_scripts(PRESETS["quick"])
     firsts = [u["turns"][0]["user"][0] for u in s["shared_system"]["users"]]
     assert len(set(firsts)) == len(firsts) == 20
     for d in s["fanout"]["docs"]:
@@ -67,8 +74,8 @@ def test_divergence_points_are_distinct_tokens():
 
 
 def test_plan_counts_the_hits_a_cache_that_forgets_nothing_could_make():
-    wl = pr.PRESETS["smoke"]
-    plan = pr.plan_classes(wl)
+    wl = PRESETS["smoke"]
+    plan = plan_classes(wl)
     assert plan["no_reuse"]["expected_shared_tokens"] == 0
     # fanout smoke: 2 documents of 600 tokens x 3 questions: the 2nd and 3rd question of each
     # document share the document (the fake outputs match nothing)
@@ -77,13 +84,13 @@ def test_plan_counts_the_hits_a_cache_that_forgets_nothing_could_make():
     # shared_system smoke: 3 users x 2 turns behind a 600-token system prompt; users 1 and 2 share
     # the system prompt in turn 1, every user's turn 2 shares its own whole first transcript
     # (prompt + output - 1)
-    s = pr.build_shared_system(wl)
+    s = build_shared_system(wl)
     own = sum(600 + len(u["turns"][0]["user"]) + u["turns"][0]["max_new_tokens"] - 1
               for u in s["users"])
     assert plan["shared_system"]["requests"] == 6
     assert plan["shared_system"]["expected_shared_tokens"] == 2 * 600 + own
     # branch_edit: every edit shares the transcript up to its cut
-    b = pr.build_branch_edit(wl)
+    b = build_branch_edit(wl)
     assert plan["branch_edit"]["requests"] == sum(len(c["turns"]) + len(c["edits"]) for c in b["convs"])
 
 
@@ -103,10 +110,10 @@ def _by(checks, pool, crit_prefix):
 def test_acceptance_at_the_ample_pool_allows_one_page_per_request():
     arms = {"upstream": {"ample": {"fanout": _rec(1000)}},
             "islands": {"ample": {"fanout": _rec(990, requests=10)}}}
-    [c] = pr.acceptance(arms, cap=16, page=1, pools=["ample"], classes=["fanout"])
+    [c] = acceptance(arms, cap=16, page=1, pools=["ample"], classes=["fanout"])
     assert c["pass"] is True  # 990 >= 1000 - 10
     arms["islands"]["ample"]["fanout"] = _rec(989, requests=10)
-    [c] = pr.acceptance(arms, cap=16, page=1, pools=["ample"], classes=["fanout"])
+    [c] = acceptance(arms, cap=16, page=1, pools=["ample"], classes=["fanout"])
     assert c["pass"] is False
 
 
@@ -114,35 +121,35 @@ def test_acceptance_at_a_lean_pool_takes_the_better_upstream_arm_and_the_cap():
     arms = {"upstream": {"0.17-eq": {"fanout": _rec(500, queued=9.0)}},
             "upstream_knobs": {"0.17-eq": {"fanout": _rec(800, queued=10.0)}},
             "islands": {"0.17-eq": {"fanout": _rec(799, queued=15.5)}}}
-    checks = pr.acceptance(arms, cap=16, page=1, pools=["0.17-eq"], classes=["fanout"])
+    checks = acceptance(arms, cap=16, page=1, pools=["0.17-eq"], classes=["fanout"])
     [hits] = _by(checks, "0.17-eq", "cached")
     [cap] = _by(checks, "0.17-eq", "where upstream binds")
     assert hits["pass"] is False and hits["reference"] == 800
     assert cap["pass"] is True  # 15.5 >= cap - 1, no retraction
     arms["islands"]["0.17-eq"]["fanout"] = _rec(800, queued=14.9)
-    checks = pr.acceptance(arms, cap=16, page=1, pools=["0.17-eq"], classes=["fanout"])
+    checks = acceptance(arms, cap=16, page=1, pools=["0.17-eq"], classes=["fanout"])
     assert [c["pass"] for c in checks] == [True, False]
     arms["islands"]["0.17-eq"]["fanout"] = _rec(800, queued=None, retractions=1)
-    checks = pr.acceptance(arms, cap=16, page=1, pools=["0.17-eq"], classes=["fanout"])
+    checks = acceptance(arms, cap=16, page=1, pools=["0.17-eq"], classes=["fanout"])
     assert [c["pass"] for c in checks] == [True, False]
     # upstream does not bind: the cap check is n/a
     arms["upstream"]["0.17-eq"]["fanout"] = _rec(500, queued=15.0)
-    checks = pr.acceptance(arms, cap=16, page=1, pools=["0.17-eq"], classes=["fanout"])
+    checks = acceptance(arms, cap=16, page=1, pools=["0.17-eq"], classes=["fanout"])
     assert checks[1]["pass"] is None
 
 
 def test_schema_rejects_bad_results():
     good = {"cap": 16, "page": 1, "arms": {"upstream": {"ample": {"fanout": {
-        k: 0 for k in pr.CLASS_KEYS} | {"max_swa_held_per_running_req": None}}}}}
-    pr.validate_result(good)
+        k: 0 for k in CLASS_KEYS} | {"max_swa_held_per_running_req": None}}}}}
+    validate_result(good)
     for bad in ({**good, "cap": 0}, {**good, "arms": {}},
                 {**good, "arms": {"nope": {}}},
                 {**good, "arms": {"upstream": {"0.5": {}}}},
                 {**good, "arms": {"upstream": {"ample": {"fanout": {"requests": 1}}}}},
                 {**good, "arms": {"upstream": {"ample": {"fanout": {
-                    k: 1 for k in pr.CLASS_KEYS}}}}}):
+                    k: 1 for k in CLASS_KEYS}}}}}):
         with pytest.raises(ValueError):
-            pr.validate_result(bad)
+            validate_result(bad)
 
 
 def test_committed_quick_result_has_the_schema_and_its_acceptance():
@@ -151,13 +158,13 @@ def test_committed_quick_result_has_the_schema_and_its_acceptance():
     assert os.path.exists(QUICK_JSON), "benchmarks/results/prefix_reuse_quick.json is missing"
     with open(QUICK_JSON) as f:
         result = json.load(f)
-    pr.validate_result(result)
-    assert set(pr.DEFAULT_ARMS) <= set(result["arms"]) <= set(pr.ARMS)
+    validate_result(result)
+    assert set(DEFAULT_ARMS) <= set(result["arms"]) <= set(ARMS)
     for arm in result["arms"]:
-        assert set(result["arms"][arm]) == set(pr.POOLS), arm
-        for pool in pr.POOLS:
-            assert set(result["arms"][arm][pool]) == set(pr.CLASSES), (arm, pool)
-    again = pr.acceptance(result["arms"], result["cap"], result["page"])
+        assert set(result["arms"][arm]) == set(POOLS), arm
+        for pool in POOLS:
+            assert set(result["arms"][arm][pool]) == set(CLASSES), (arm, pool)
+    again = acceptance(result["arms"], result["cap"], result["page"])
     assert again == result["acceptance"]
     for c in result["acceptance"]:
         if c["pass"] is False:  # every failure is explained in the markdown next to it
@@ -176,7 +183,7 @@ def test_class_extra_records_each_request_against_what_could_be_hit():
          "cached_tokens": 0},
     ]
     parsed = {"decode": [{"run": 2, "queue": 1, "swa_tok": 70}, {"run": 1, "queue": 0, "swa_tok": 30}]}
-    extra = pr.class_extra(parsed, rows, page=1)
+    extra = class_extra(parsed, rows, page=1)
     assert extra["per_request"] == [[[0, 0], 6, 0, 0], [[1, 0], 5, 2, 3]]
     assert extra["expected_shared_tokens"] == 3
     assert extra["mean_running_queued"] == 2 and extra["queued_steps"] == 1
@@ -184,7 +191,7 @@ def test_class_extra_records_each_request_against_what_could_be_hit():
 
 
 def test_every_arm_has_a_plot_colour():
-    assert set(pr.COLORS) == set(pr.ARMS)
+    assert set(COLORS) == set(ARMS)
 
 
 def test_cli_help_and_plan_only():
@@ -198,7 +205,7 @@ def test_cli_help_and_plan_only():
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     j = json.loads(p.stdout)
-    assert j["boots"] == 2 and set(j["classes"]) == set(pr.CLASSES)
+    assert j["boots"] == 2 and set(j["classes"]) == set(CLASSES)
     bad = subprocess.run([py, "benchmarks/prefix_reuse.py", "--arms", "islands,bogus",
                           "--plan-only"], cwd=_ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "bogus" in bad.stderr
@@ -219,7 +226,7 @@ def test_smoke_run_on_the_real_server(tmp_path):
                        capture_output=True, text=True, timeout=1500)
     assert r.returncode == 0, r.stderr[-4000:]
     res = json.loads(out.read_text())
-    pr.validate_result(res)
+    validate_result(res)
     for cls in ("fanout", "branch_edit"):
         up = res["arms"]["upstream"]["ample"][cls]
         isl = res["arms"]["islands"]["ample"][cls]

@@ -11,7 +11,8 @@ import pytest
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
-import prefix_reuse as pr  # noqa: E402
+from prefix_reuse_arms import pool_table  # noqa: E402
+from prefix_reuse_workloads import PRESETS, build_scripts  # noqa: E402
 import prefix_reuse_sim as sim  # noqa: E402
 
 SIM_JSON = os.path.join(_ROOT, "benchmarks", "results", "prefix_reuse_sim.json")
@@ -20,9 +21,9 @@ SIM_JSON = os.path.join(_ROOT, "benchmarks", "results", "prefix_reuse_sim.json")
 def _run(arm, pool, cls, seed=0):
     import dataclasses
 
-    wl = dataclasses.replace(pr.PRESETS["smoke"], seed=seed)
-    script = pr.build_scripts(wl, [cls])[cls]
-    return sim.run_one(arm, pr.pool_table()[pool]["swa_pool"], cls, script, 34)
+    wl = dataclasses.replace(PRESETS["smoke"], seed=seed)
+    script = build_scripts(wl, [cls])[cls]
+    return sim.run_one(arm, pool_table()[pool]["swa_pool"], cls, script, 34)
 
 
 def test_ample_pool_islands_hit_everything_upstream_hits():
@@ -48,8 +49,8 @@ def test_clients_replay_the_server_benchmark_order():
     """branch_edit: a conversation's turns in sequence, then its edits as one group."""
     import dataclasses
 
-    wl = dataclasses.replace(pr.PRESETS["smoke"], seed=0)
-    script = pr.build_scripts(wl, ["branch_edit"])["branch_edit"]
+    wl = dataclasses.replace(PRESETS["smoke"], seed=0)
+    script = build_scripts(wl, ["branch_edit"])["branch_edit"]
     conv = script["convs"][0]
     client = sim._branch_conv(conv)
     first = next(client)

@@ -1,0 +1,77 @@
+"""Prefix reuse benchmark, the run matrix: the CPU shape, the arms (server arguments and
+environment per cache variant), the SWA pools they run at, and picking a subset of either from a
+comma list.
+
+One server boot per (arm, pool); the arms differ only in ``ARMS[arm]["args"]`` and ``["env"]``.
+Pools are in tokens of the SWA pool (``swa_pool``) and as ``--swa-full-tokens-ratio``
+(``server_ratio``) of the shape's ``--max-total-tokens``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on sys.path)
+import admission_setup
+
+CPU = admission_setup.CpuShape()
+
+ARMS: Dict[str, Dict[str, Any]] = {
+    "upstream": {"args": (), "env": {}},
+    "upstream_knobs": {"args": (), "env": dict(admission_setup.KNOBS_ENV)},
+    "islands_eager": {"args": ("--enable-swa-islands", "--swa-islands-reclaim", "eager"), "env": {}},
+    "islands": {"args": ("--enable-swa-islands",), "env": {}},
+    "islands_auto": {"args": ("--enable-swa-islands", "--swa-islands-reclaim", "auto"), "env": {}},
+    "main": {"args": (), "env": {}, "main": True},
+}
+"""``main``: stock sglang 0.5.23 (``islands_harness.main_arm``), default settings; run when named."""
+DEFAULT_ARMS = ("upstream", "upstream_knobs", "islands_eager", "islands")
+"""The issue's four arms; ``islands_auto`` (eager below the watermark) runs when named in --arms."""
+ISLAND_ARMS = ("islands_eager", "islands", "islands_auto")
+POOLS = ("ample", "0.17-eq", "0.10-eq")
+AMPLE_RATIO = 0.5
+"""``--swa-full-tokens-ratio`` of the ``ample`` pool (every other pool is the planner's)."""
+
+
+def pool_table(mapping: Optional[Dict[str, Any]] = None,
+               cpu: admission_setup.CpuShape = CPU) -> Dict[str, Dict[str, Any]]:
+    """``{pool: {ratio, server_ratio, swa_pool, bind_without_islands, island_capacity...}}``."""
+    from islands_tools import pool_plan as plan
+
+    mapping = mapping or admission_setup.plan_mapping()
+    hold = plan.hold_without_islands(cpu.window, cpu.page, cpu.chunk)
+    ample_pool = plan.swa_pool_tokens(cpu.max_total_tokens, AMPLE_RATIO, cpu.page)
+    out = {"ample": {
+        "ratio_equivalent": AMPLE_RATIO, "server_ratio": AMPLE_RATIO, "swa_pool": ample_pool,
+        "bind_without_islands": round(plan.admission_bind(ample_pool, hold), 2),
+        "island_capacity": plan.island_capacity(ample_pool, cpu.window, cpu.page, cpu.chunk),
+        "island_capacity_with_tail": plan.island_capacity(
+            ample_pool, cpu.window, cpu.page, cpu.chunk, decode_tail=mapping["cpu"]["decode_tail"]),
+    }}
+    for key in ("0.17", "0.10"):
+        p = mapping["pools"][key]
+        out[f"{key}-eq"] = {k: p[k] for k in (
+            "ratio_equivalent", "server_ratio", "swa_pool", "bind_without_islands",
+            "island_capacity", "island_capacity_with_tail")}
+    return out
+
+
+def server_args(arm: str, pool: Dict[str, Any], cpu: admission_setup.CpuShape = CPU) -> List[str]:
+    """The server's command-line arguments for ``arm`` at ``pool`` (a ``pool_table`` row)."""
+    return (admission_setup.common_server_args(cpu)
+            + ["--swa-full-tokens-ratio", repr(pool["server_ratio"])] + list(ARMS[arm]["args"]))
+
+
+def server_env(arm: str, eviction_interval: int) -> Dict[str, str]:
+    """The arm's environment plus ``SGLANG_SWA_EVICTION_INTERVAL`` (0 keeps sglang's default)."""
+    return admission_setup.with_eviction_interval(ARMS[arm]["env"], eviction_interval)
+
+
+def comma_choice(s: str, allowed: Sequence[str], what: str, ap) -> List[str]:
+    """The names of the comma list ``s``, in ``allowed``'s order; ``ap.error`` (exit 2) if one is
+    not in ``allowed`` or the list is empty."""
+    xs = [x for x in s.split(",") if x]
+    bad = [x for x in xs if x not in allowed]
+    if bad or not xs:
+        ap.error(f"unknown or no {what}: {bad}; choose from {','.join(allowed)}")
+    return [x for x in allowed if x in xs]  # fixed order
