@@ -65,433 +65,36 @@ with the seed's ratios beside it. Files in ``--out``: ``<arm>.server.log``, ``se
 ``--profile cpu-tiny`` is the same script on the CPU test server with the tiny variant of the
 config (``gpu_seed_model.py --size tiny``), its own planner pools (the tiny config's fp32 bytes
 per token, a 24 MB budget), a few requests; test/test_gpu_seed_shape.py runs it.
+
+Modules: ``seed_shape_setup`` (arms, profiles, planner pools, server commands, prompts),
+``seed_shape_run`` (one arm on a live server and its summary), ``seed_shape_report`` (the
+tables); this file is the command line and the run's plan and budget.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import math
 import pathlib
-import random
 import shlex
-import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-for _p in (ROOT, ROOT / "benchmarks", ROOT / "scripts"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
+from seed_shape_setup import (ARMS, MIN_WINDOW_S, PRIORITY, PROFILES, PROMPT_SEED, ROOT, Profile,
+                              arm_env, arm_pools, gpu_seed_model, kv_cost, make_prompts,
+                              planned_command, planner_command, prompts_digest)
+from seed_shape_report import tables
+from seed_shape_run import log, run_arm, summarize
 
-import admission_run  # noqa: E402  (the scheduler-log summary, time-weighted means)
-import admission_setup  # noqa: E402  (the seed deployment, the knobs)
-import gpu_seed_model  # noqa: E402  (scripts/gpu_seed_model.py)
-from islands_harness import sched_log  # noqa: E402
-from islands_harness.client import POOL_FIELDS, MetricsSampler, StreamingRequest  # noqa: E402
-from islands_harness.server import (  # noqa: E402
-    ServerError,
-    SglangServer,
-    raise_keyboard_interrupt_on_signals,
-)
-from islands_tools import pool_plan as plan  # noqa: E402
+from islands_harness.server import raise_keyboard_interrupt_on_signals
 
-# The seed's headline (H100-80GB, real weights, EAGLE, 32k-in / 16k-out; issue 13).
-SEED_FIGURES = {
-    "upstream_0.17": {"mean_running": 21, "output_tok_s": 3995},
-    "islands_0.17": {"mean_running": 46, "output_tok_s": 5695},
-    "mean_latency_ratio": 0.63,
-    "retractions": 0,
-}
-BASELINE = "upstream_0.17"
-MIN_WINDOW_S = 30.0  # an arm whose boot leaves less than this for its load window is not measured
-PROMPT_SEED = 20261202
-
-
-@dataclasses.dataclass(frozen=True)
-class Arm:
-    name: str
-    ratio: float
-    args: Tuple[str, ...] = ()
-    env: Tuple[Tuple[str, str], ...] = ()
-
-
-ARMS: Dict[str, Arm] = {a.name: a for a in (
-    Arm("upstream_0.17", 0.17),
-    Arm("islands_0.17", 0.17, ("--enable-swa-islands",)),
-    Arm("upstream_0.32", 0.32),
-    Arm("upstream_knobs_0.17", 0.17, (), tuple(sorted(admission_setup.KNOBS_ENV.items()))),
-)}
-PRIORITY = list(ARMS)
-
-
-@dataclasses.dataclass(frozen=True)
-class Profile:
-    name: str
-    model_size: str           # scripts/gpu_seed_model.py --size
-    device: str               # "cuda": the caller's full argument list; "cpu": SglangServer's
-    kv: str                   # "seed": the seed deployment's bytes per token; "config": the model's
-    kv_dtype: str             # with kv == "config"
-    budget_bytes: float       # KV bytes the planner sizes the pools from
-    page: int
-    chunk: int
-    cap: int
-    requests: int
-    input_len: int
-    output_len: int
-    arm_s: float              # one arm at most: boot + warm-up + load window + stop
-    load_s: float             # the load window, the same in every arm
-    sample_s: float
-    decode_log_interval: int
-    warmup: bool
-    server_args: Tuple[str, ...]
-    env: Tuple[Tuple[str, str], ...] = ()
-    stop_s: float = 25.0      # kept for stopping the server inside the arm's time
-
-
-PROFILES: Dict[str, Profile] = {p.name: p for p in (
-    Profile(
-        name="h200", model_size="full", device="cuda", kv="seed", kv_dtype="fp8",
-        budget_bytes=admission_setup.Production.budget_bytes, page=64, chunk=16384, cap=48,
-        requests=96, input_len=24576, output_len=256, arm_s=165.0, load_s=85.0, sample_s=0.5,
-        decode_log_interval=20, warmup=True,
-        server_args=(
-            "--load-format", "dummy", "--skip-tokenizer-init",
-            "--dtype", "bfloat16", "--kv-cache-dtype", "fp8_e4m3",
-            # Gemma 4 on Hopper: SGLang accepts only triton (trtllm_mha is SM100-only)
-            "--attention-backend", "triton",
-            # what an offline bundle has (no flashinfer, no grammar backend); harmless elsewhere
-            "--sampling-backend", "pytorch", "--grammar-backend", "none",
-            # decode CUDA graphs up to the cap; no prefill graphs (16k chunks gain nothing from
-            # them, and capturing 45 token counts of a 30-layer MoE costs boot time)
-            "--cuda-graph-max-bs-decode", "48", "--disable-prefill-cuda-graph",
-            "--skip-server-warmup", "--random-seed", "0",
-        ),
-        env=(("SGLANG_USE_CPU_ENGINE", "0"),),
-    ),
-    Profile(
-        name="cpu-tiny", model_size="tiny", device="cpu", kv="config", kv_dtype="fp32",
-        budget_bytes=24e6, page=16, chunk=256, cap=8,
-        requests=4, input_len=384, output_len=4, arm_s=170.0, load_s=100.0, sample_s=1.0,
-        decode_log_interval=1, warmup=False,
-        server_args=(
-            "--load-format", "dummy", "--skip-tokenizer-init",
-            # SGLang 0.5.15.post1 serves Gemma 4 only on triton attention (CPU: the Triton
-            # interpreter, TRITON_INTERPRET=1); it overrides BASE_ARGS' torch_native
-            "--attention-backend", "triton",
-        ),
-        env=(("TRITON_INTERPRET", "1"),),
-        stop_s=20.0,
-    ),
-)}
-
-
-# ----------------------------------------------------------------------------- plan
-
-
-def kv_cost(profile: Profile, model_dir: Optional[pathlib.Path]):
-    """Bytes per token the pools are sized from, and a line saying where they came from."""
-    if profile.kv == "seed":
-        p = admission_setup.Production()
-        return (plan.KVBytesPerToken(full=p.full_bytes, swa=p.swa_bytes, draft=p.draft_bytes),
-                f"the seed deployment: full {p.full_bytes:.0f} B, SWA {p.swa_bytes:.0f} B, draft "
-                f"{p.draft_bytes:.0f} B per token (benchmarks/admission_setup.py Production)")
-    layout = plan.kv_layout_from_shape(plan.read_model_shape(str(model_dir)), profile.kv_dtype)
-    return layout, (f"{model_dir} ({profile.kv_dtype}): {layout.full_layers} full x "
-                    f"{layout.full_bytes_per_layer} B + {layout.swa_layers} SWA x "
-                    f"{layout.swa_bytes_per_layer} B per token")
-
-
-def planner_command(profile: Profile, model_dir: Optional[pathlib.Path], ratios) -> List[str]:
-    """The scripts/swa_pool_plan.py command that prints the same pools."""
-    window = str(gpu_seed_model.SIZES[profile.model_size]["sliding_window"])
-    if profile.kv == "seed":
-        p = admission_setup.Production()
-        src = ["--full-bytes-per-token", f"{p.full_bytes:.0f}", "--swa-bytes-per-token",
-               f"{p.swa_bytes:.0f}", "--draft-bytes-per-token", f"{p.draft_bytes:.0f}",
-               "--window", window]
-    else:
-        src = ["--model-config", str(model_dir), "--kv-dtype", profile.kv_dtype]
-    return ["scripts/swa_pool_plan.py", *src, "--budget", f"{profile.budget_bytes:.0f}",
-            "--page", str(profile.page), "--chunk", str(profile.chunk), "--max-running",
-            str(profile.cap), "--ratios", ",".join(f"{r:.2f}" for r in sorted(ratios)), "--json"]
-
-
-def arm_pools(profile: Profile, model_dir: Optional[pathlib.Path], ratios) -> Dict[float, Any]:
-    kv, _ = kv_cost(profile, model_dir)
-    return {r: plan.solve_pool_sizes(kv, profile.budget_bytes, r, profile.page) for r in ratios}
-
-
-# ----------------------------------------------------------------------------- commands
-
-
-def server_args(profile: Profile, arm: Arm, pool) -> List[str]:
-    return [*profile.server_args,
-            "--page-size", str(profile.page), "--chunked-prefill-size", str(profile.chunk),
-            "--max-running-requests", str(profile.cap),
-            "--max-total-tokens", str(pool.full_tokens),
-            "--swa-full-tokens-ratio", f"{arm.ratio:.2f}",
-            "--enable-metrics", "--decode-log-interval", str(profile.decode_log_interval),
-            *arm.args]
-
-
-def arm_env(profile: Profile, arm: Arm) -> Dict[str, str]:
-    return {**dict(profile.env), **dict(arm.env)}
-
-
-class DeviceServer(SglangServer):
-    """SglangServer's lifecycle with the caller's whole argument list: none of the CPU test
-    server's BASE_ARGS (--device cpu, torch_native, fp32, no CUDA graphs)."""
-
-    def command(self) -> List[str]:
-        return [self.python, "-m", "sglang.launch_server", "--model-path", self.model_path,
-                "--host", self.host, "--port", str(self.port), *self.extra_args]
-
-
-def make_server(profile: Profile, model_dir, args, env, **kw) -> SglangServer:
-    cls = DeviceServer if profile.device == "cuda" else SglangServer
-    return cls(model_dir, args, env=env, omp_threads=4 if profile.device == "cuda" else 2, **kw)
-
-
-def planned_command(profile: Profile, model_dir, arm: Arm, pool) -> List[str]:
-    """The exact argv an arm's server runs, with ``$PORT`` for the port it is given at boot."""
-    srv = make_server(profile, model_dir, server_args(profile, arm, pool), arm_env(profile, arm))
-    srv.port = "$PORT"  # command() only formats it
-    return srv.command()
-
-
-# ----------------------------------------------------------------------------- workload
-
-
-def make_prompts(seed: int, n: int, length: int, vocab: int) -> List[List[int]]:
-    """``n`` prompts of ``length`` token ids in [4, vocab) (ids 0-3: pad, eos, bos, unk)."""
-    rng = random.Random(seed)
-    return [[rng.randrange(4, vocab) for _ in range(length)] for _ in range(n)]
-
-
-def prompts_digest(prompts: Sequence[Sequence[int]]) -> str:
-    h = hashlib.sha256()
-    for p in prompts:
-        h.update(json.dumps(list(p)).encode())
-        h.update(b"\n")
-    return h.hexdigest()[:16]
-
-
-def percentile(values: Sequence[float], q: float) -> Optional[float]:
-    """Nearest-rank percentile (q in (0, 100])."""
-    if not values:
-        return None
-    s = sorted(values)
-    return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
-
-
-SAMPLER_FIELDS = {**POOL_FIELDS, "held_mean": "sglang:swa_held_tokens_per_req_mean",
-                  "held_max": "sglang:swa_held_tokens_per_req_max"}
-"""Sampled every profile.sample_s: running, queue, SWA/full used, and the islands' hold gauges
-(0 where the cache does not report them)."""
-
-
-def summarize(arm: Arm, pool, streams: Sequence[StreamingRequest],
-              generated: Sequence[int], t0: float, t_end: float, samples: List[Dict[str, float]],
-              retractions: float, log_summary: Dict[str, Any]) -> Dict[str, Any]:
-    """One arm's figures from what was measured (pure: the tests feed it by hand too)."""
-    done = [s for s in streams if s.result is not None and s.error is None
-            and s.finished_at is not None and s.finished_at <= t_end + 1e-6]
-    lat = [s.finished_at - s.started_at for s in done]
-    window = max(t_end - t0, 1e-9)
-    win = [s for s in samples if t0 <= s["t"] <= t_end]
-    run = [(s["t"], s["running"]) for s in win]
-    busy = [s for s in win if s["running"] > 0]
-    held_gauge = [s["held_mean"] for s in busy if s["held_mean"] > 0]
-    max_running = max([s["running"] for s in win] + [log_summary.get("max_running_log", 0)],
-                      default=0)
-    peak_swa = max([s["swa_used"] for s in win] + [log_summary.get("max_swa_used_tokens", 0)],
-                   default=0)
-    out_tokens = int(sum(generated))
-    return {
-        "arm": arm.name,
-        "ratio": arm.ratio,
-        "max_total_tokens": pool.full_tokens,
-        "swa_pool_plan": pool.swa_tokens,
-        "requests": len(streams),
-        "completed": len(done),
-        "window_s": round(window, 2),
-        "window_limited": len(done) < len(streams),
-        "output_tokens": out_tokens,
-        "output_tok_s": round(out_tokens / window, 2),
-        "mean_running": (round(admission_run.time_weighted_mean(run, t0, t_end), 2)
-                         if run else None),
-        "max_running": int(max_running),
-        # the counter is exported only once something was retracted; the log line always is
-        "retractions": max(int(retractions), int(log_summary.get("retractions_log") or 0)),
-        "latency_mean_s": round(statistics.mean(lat), 3) if lat else None,
-        "latency_p99_s": round(percentile(lat, 99), 3) if lat else None,
-        "peak_swa_used": int(peak_swa),
-        "swa_held_per_running": (round(statistics.mean(s["swa_used"] / s["running"]
-                                                       for s in busy), 1) if busy else None),
-        "swa_held_per_req_island_gauge": (round(statistics.mean(held_gauge), 1)
-                                          if held_gauge else None),
-        "samples": len(win),
-        "log": {k: log_summary.get(k) for k in (
-            "max_running_log", "mean_running_step", "retractions_log", "max_swa_used_tokens",
-            "held_per_req_mean", "held_per_req_max", "decode_steps", "prefill_tokens")},
-    }
-
-
-# ----------------------------------------------------------------------------- one arm
-
-
-def log(msg: str) -> None:
-    print(f"[seed_shape {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def run_arm(profile: Profile, arm: Arm, model_dir: pathlib.Path, pool, prompts, warm,
-            out: pathlib.Path, deadline: float, load_s: float) -> Dict[str, Any]:
-    args = server_args(profile, arm, pool)
-    log_path = out / f"{arm.name}.server.log"
-    # a slow boot shortens this arm's window (recorded) rather than failing the arm
-    boot_timeout = max(30.0, deadline - time.monotonic() - profile.stop_s - MIN_WINDOW_S)
-    srv = make_server(profile, model_dir, args, arm_env(profile, arm), log_path=log_path,
-                      boot_timeout_s=boot_timeout)
-    record: Dict[str, Any] = {"arm": arm.name,
-                              "command": planned_command(profile, model_dir, arm, pool),
-                              "env": arm_env(profile, arm)}
-    log(f"{arm.name}: booting (up to {boot_timeout:.0f} s)")
-    try:
-        srv.start()
-    except ServerError as e:
-        record["error"] = f"boot failed: {str(e)[:2000]}"
-        log(f"{arm.name}: {record['error'][:300]}")
-        return record
-    try:
-        record["boot_s"] = round(srv.boot_s, 1)
-        record["boot_log"] = sched_log.parse_boot(log_path.read_text(errors="replace"))
-        if warm is not None:
-            t = time.monotonic()
-            srv.generate(warm, 4, timeout=max(10.0, deadline - t - profile.stop_s))
-            srv.flush_cache()
-            record["warmup_s"] = round(time.monotonic() - t, 1)
-        offset = log_path.stat().st_size
-        m0 = srv.metrics()
-        sampler = MetricsSampler(srv.base_url, profile.sample_s, SAMPLER_FIELDS).start()
-        load_deadline = min(time.monotonic() + load_s, deadline - profile.stop_s)
-        log(f"{arm.name}: healthy after {record['boot_s']} s; {len(prompts)} requests, window "
-            f"up to {load_deadline - time.monotonic():.0f} s")
-        t0 = time.monotonic()
-        streams = [StreamingRequest(srv.base_url, p, profile.output_len, name=f"{arm.name}-{i}",
-                                    timeout=load_deadline - t0 + 120).start()
-                   for i, p in enumerate(prompts)]
-        while time.monotonic() < load_deadline and not all(s.done.is_set() for s in streams):
-            time.sleep(0.25)
-        now = time.monotonic()
-        all_done = all(s.done.is_set() for s in streams)
-        t_end = max(s.finished_at for s in streams) if all_done else now
-        generated = [s.generated() for s in streams]
-        m1 = srv.metrics()
-        sampler.stop()
-        failed = [s for s in streams if s.done.is_set() and s.error is not None]
-        with open(log_path, "rb") as f:
-            f.seek(offset)
-            lines = f.read().decode(errors="replace").splitlines()
-        log_summary = admission_run.summarize_log(sched_log.parse_lines(lines), profile.cap)
-        retr = (m1.get("sglang:num_retracted_requests_total", 0.0)
-                - m0.get("sglang:num_retracted_requests_total", 0.0))
-        record.update(summarize(arm, pool, streams, generated, t0, t_end,
-                                sampler.samples, retr, log_summary))
-        record["retractions_metric_present"] = "sglang:num_retracted_requests_total" in m1
-        first = next((x for x in streams if x.result is not None), None)
-        record["first_output_ids"] = list(first.result.output_ids[:16]) if first else None
-        record["failed"] = len(failed)
-        if failed:
-            record["first_error"] = repr(failed[0].error)[:500]
-        log(f"{arm.name}: {record['completed']}/{len(streams)} completed in "
-            f"{record['window_s']} s, {record['output_tok_s']} tok/s, mean running "
-            f"{record['mean_running']}, max {record['max_running']}, retractions "
-            f"{record['retractions']}")
-    except (ServerError, OSError) as e:
-        record["error"] = f"load failed: {e!r}"[:2000]
-        log(f"{arm.name}: {record['error'][:300]}")
-    finally:
-        try:
-            srv.stop()
-        except ServerError as e:
-            record["stop_error"] = str(e)[:500]
-    return record
-
-
-# ----------------------------------------------------------------------------- tables
-
-
-def _f(x, nd=1) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:,.{nd}f}"
-    return f"{x:,}" if isinstance(x, int) else str(x)
-
-
-def _ratio(a, b) -> str:
-    return f"{a / b:.3f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "-"
-
-
-def tables(result: Dict[str, Any]) -> str:
-    rows = [r for r in result["arms"] if "error" not in r]
-    out = [f"### Seed shape ({result['profile']}): {result['model']}", "",
-           f"{result['workload_line']}", "",
-           "| arm | ratio | --max-total-tokens | SWA pool | boot s | completed | window s | "
-           "output tok/s | mean running | max running | retractions | mean E2E s | p99 E2E s | "
-           "peak SWA used | SWA held / running req | islands' held gauge |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        pool = r.get("boot_log", {}).get("swa_pool_log", r["swa_pool_plan"])
-        out.append(
-            f"| {r['arm']} | {r['ratio']:.2f} | {_f(r['max_total_tokens'])} | {_f(pool)} | "
-            f"{_f(r.get('boot_s'))} | {r['completed']}/{r['requests']} | {_f(r['window_s'])} | "
-            f"{_f(r['output_tok_s'], 0 if r['output_tok_s'] >= 100 else 2)} | "
-            f"{_f(r['mean_running'])} | {_f(r['max_running'])} | "
-            f"{_f(r['retractions'])} | {_f(r['latency_mean_s'], 2)} | {_f(r['latency_p99_s'], 2)} | "
-            f"{_f(r['peak_swa_used'])} | {_f(r['swa_held_per_running'], 0)} | "
-            f"{_f(r['swa_held_per_req_island_gauge'], 0)} |")
-    for r in result["arms"]:
-        if "error" in r:
-            out.append(f"| {r['arm']} | ERROR: {r['error'][:160]} |")
-    for name, why in result.get("skipped", []):
-        out.append(f"| {name} | not run: {why} |")
-    base = next((r for r in rows if r["arm"] == BASELINE), None)
-    if base is not None and len(rows) > 1:
-        out += ["", f"Each arm / {BASELINE} (the seed: H100, real weights, EAGLE, 32k in / 16k out):",
-                "", "| arm | mean running x | max running x | output tok/s x | mean E2E x | "
-                "p99 E2E x | SWA held / running req x |", "|---|---|---|---|---|---|---|"]
-        for r in rows:
-            if r is base:
-                continue
-            out.append(
-                f"| {r['arm']} / {BASELINE} | {_ratio(r['mean_running'], base['mean_running'])} | "
-                f"{_ratio(r['max_running'], base['max_running'])} | "
-                f"{_ratio(r['output_tok_s'], base['output_tok_s'])} | "
-                f"{_ratio(r['latency_mean_s'], base['latency_mean_s'])} | "
-                f"{_ratio(r['latency_p99_s'], base['latency_p99_s'])} | "
-                f"{_ratio(r['swa_held_per_running'], base['swa_held_per_running'])} |")
-        s = SEED_FIGURES
-        out.append(
-            f"| seed: islands_0.17 / {BASELINE} | "
-            f"{_ratio(s['islands_0.17']['mean_running'], s['upstream_0.17']['mean_running'])} | - | "
-            f"{_ratio(s['islands_0.17']['output_tok_s'], s['upstream_0.17']['output_tok_s'])} | "
-            f"{s['mean_latency_ratio']:.3f} | - | - |")
-    if any(r.get("window_limited") for r in rows):
-        out += ["", "Window-limited arms: the load had not finished when the window closed; "
-                "throughput counts every token streamed in the window, latency only the "
-                "completed requests."]
-    out += ["", "Commands: `seed_shape.json` (`arms[].command`, `arms[].env`); planner: `"
-            + shlex.join(result["planner_command"]) + "`."]
-    return "\n".join(out)
-
-
-# ----------------------------------------------------------------------------- main
+__all__ = ["ARMS", "PRIORITY", "PROFILES", "PROMPT_SEED", "Profile", "RunPlan", "main",
+           "make_prompts", "parse_args", "plan_run", "prompts_digest", "run_arm", "summarize",
+           "tables"]
 
 
 def parse_args(argv=None):
@@ -534,8 +137,30 @@ def parse_args(argv=None):
     return a
 
 
-def main(argv=None) -> int:
-    a = parse_args(argv)
+@dataclasses.dataclass
+class RunPlan:
+    """What every arm of one run shares: where files go, the planner's pools per ratio, the one
+    prompt set (and its digest), and the time limits in seconds (``budget``: the whole run,
+    ``arm_s``: one arm at most, ``load_s``: every arm's load window)."""
+
+    out: pathlib.Path
+    model_dir: pathlib.Path
+    ratios: List[float]
+    pools: Dict[float, Any]
+    kv_src: str
+    prompts: List[List[int]]
+    digest: str
+    warm: Optional[List[int]]
+    budget: float
+    arm_s: float
+    load_s: float
+    workload: str
+    plan_cmd: List[str]
+
+
+def plan_run(a: argparse.Namespace) -> RunPlan:
+    """Write the config-only model (unless a dry run needs none), size the pools, draw the
+    prompts and share the budget between the arms."""
     prof: Profile = a.prof
     out = pathlib.Path(a.out or ROOT / ".work" / "seed_shape" / time.strftime("%Y%m%d-%H%M%S"))
     model_dir = pathlib.Path(a.model_dir) if a.model_dir else out / "model"
@@ -560,40 +185,61 @@ def main(argv=None) -> int:
                 f"{prof.chunk}) and {prof.output_len} output tokens, greedy, ignore_eos; prompt "
                 f"seed {a.seed}, sha256 {digest}; page {prof.page}, cap {prof.cap}; load window "
                 f"up to {load_s:.0f} s per arm, an arm up to {arm_s:.0f} s.")
-    plan_cmd = planner_command(prof, model_dir, ratios)
-    result: Dict[str, Any] = {
+    return RunPlan(out=out, model_dir=model_dir, ratios=ratios, pools=pools, kv_src=kv_src,
+                   prompts=prompts, digest=digest, warm=warm, budget=budget, arm_s=arm_s,
+                   load_s=load_s, workload=workload,
+                   plan_cmd=planner_command(prof, model_dir, ratios))
+
+
+def new_result(a: argparse.Namespace, p: RunPlan) -> Dict[str, Any]:
+    """``seed_shape.json`` before any arm ran: profile, workload, pools; no arms yet."""
+    prof: Profile = a.prof
+    return {
         "profile": prof.name, "model": f"gemma-4-26b-a4b text, {prof.model_size} "
                                       f"(scripts/gpu_seed_model.py), dummy weights",
         "workload": {"requests": prof.requests, "input_len": prof.input_len,
-                     "output_len": prof.output_len, "seed": a.seed, "sha256": digest,
+                     "output_len": prof.output_len, "seed": a.seed, "sha256": p.digest,
                      "page": prof.page, "chunk": prof.chunk, "cap": prof.cap,
-                     "load_s": round(load_s, 1)},
-        "arm_s": round(arm_s, 1), "budget_s": a.budget,
-        "workload_line": workload, "kv_source": kv_src,
-        "planner_command": plan_cmd,
-        "pools": {f"{r:.2f}": {"max_total_tokens": p.full_tokens, "swa_pool": p.swa_tokens}
-                  for r, p in pools.items()},
+                     "load_s": round(p.load_s, 1)},
+        "arm_s": round(p.arm_s, 1), "budget_s": a.budget,
+        "workload_line": p.workload, "kv_source": p.kv_src,
+        "planner_command": p.plan_cmd,
+        "pools": {f"{r:.2f}": {"max_total_tokens": q.full_tokens, "swa_pool": q.swa_tokens}
+                  for r, q in p.pools.items()},
         "arms": [], "skipped": [],
     }
-    print(f"seed_shape: profile {prof.name}, model dir {model_dir}, out {out}")
-    print(f"+ {shlex.join([sys.executable, 'scripts/gpu_seed_model.py', '--size', prof.model_size, '--out', str(model_dir)])}")
-    print(f"planner: {kv_src}, budget {prof.budget_bytes:,.0f} B, page {prof.page}")
-    print(f"+ {shlex.join(plan_cmd)}")
-    for r, p in pools.items():
-        print(f"  ratio {r:.2f}: --max-total-tokens {p.full_tokens} (SWA pool {p.swa_tokens})")
-    print(workload)
-    if a.dry_run:
-        for name in a.arm_list:
-            arm = ARMS[name]
-            env = arm_env(prof, arm)
-            cmd = planned_command(prof, model_dir, arm, pools[arm.ratio])
-            print(f"== {name}")
-            print("+ " + shlex.join(["env", *[f"{k}={v}" for k, v in env.items()], *cmd]))
-            print(f"  client: {prof.requests} x StreamingRequest(input_ids=prompts[i], "
-                  f"max_new_tokens={prof.output_len}), prompt seed {a.seed}, sha256 {digest}")
-        print("(dry run: nothing started)")
-        return 0
 
+
+def print_plan(a: argparse.Namespace, p: RunPlan) -> None:
+    prof: Profile = a.prof
+    print(f"seed_shape: profile {prof.name}, model dir {p.model_dir}, out {p.out}")
+    print(f"+ {shlex.join([sys.executable, 'scripts/gpu_seed_model.py', '--size', prof.model_size, '--out', str(p.model_dir)])}")
+    print(f"planner: {p.kv_src}, budget {prof.budget_bytes:,.0f} B, page {prof.page}")
+    print(f"+ {shlex.join(p.plan_cmd)}")
+    for r, q in p.pools.items():
+        print(f"  ratio {r:.2f}: --max-total-tokens {q.full_tokens} (SWA pool {q.swa_tokens})")
+    print(p.workload)
+
+
+def print_dry_run(a: argparse.Namespace, p: RunPlan) -> None:
+    """Each arm's exact server command and client, nothing started."""
+    prof: Profile = a.prof
+    for name in a.arm_list:
+        arm = ARMS[name]
+        env = arm_env(prof, arm)
+        cmd = planned_command(prof, p.model_dir, arm, p.pools[arm.ratio])
+        print(f"== {name}")
+        print("+ " + shlex.join(["env", *[f"{k}={v}" for k, v in env.items()], *cmd]))
+        print(f"  client: {prof.requests} x StreamingRequest(input_ids=prompts[i], "
+              f"max_new_tokens={prof.output_len}), prompt seed {a.seed}, sha256 {p.digest}")
+    print("(dry run: nothing started)")
+
+
+def run_arms(a: argparse.Namespace, p: RunPlan, result: Dict[str, Any]) -> int:
+    """Run the arms in order while the budget has room, rewriting the result files after each;
+    the exit status: 0 all ran, 1 an arm failed or none ran, 130 interrupted."""
+    prof: Profile = a.prof
+    out, budget, arm_s, load_s = p.out, p.budget, p.arm_s, p.load_s
     out.mkdir(parents=True, exist_ok=True)
     raise_keyboard_interrupt_on_signals()  # SIGTERM (an outer `timeout`) still stops the server
     start = time.monotonic()
@@ -612,13 +258,13 @@ def main(argv=None) -> int:
             log(f"{name}: not started ({why})")
             continue
         try:
-            rec = run_arm(prof, ARMS[name], model_dir, pools[ARMS[name].ratio], prompts, warm,
-                          out, time.monotonic() + min(arm_s, left - 2), load_s)
+            rec = run_arm(prof, ARMS[name], p.model_dir, p.pools[ARMS[name].ratio], p.prompts,
+                          p.warm, out, time.monotonic() + min(arm_s, left - 2), load_s)
         except KeyboardInterrupt:  # run_arm stopped its server on the way out
             interrupted = True
             result["skipped"].append([name, "interrupted while running (signal)"])
             continue
-        rec["prompt_sha256"] = digest
+        rec["prompt_sha256"] = p.digest
         result["arms"].append(rec)
         if rec.get("window_limited") and rec["window_s"] < load_s:
             # a slow boot cut this window short: give the later arms the same window
@@ -632,6 +278,17 @@ def main(argv=None) -> int:
     if interrupted:
         return 130
     return 0 if ran and len(ran) == len(result["arms"]) else 1
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    p = plan_run(a)
+    result = new_result(a, p)
+    print_plan(a, p)
+    if a.dry_run:
+        print_dry_run(a, p)
+        return 0
+    return run_arms(a, p, result)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,212 @@
+"""The SWA hold benchmark's markdown (``benchmarks/swa_hold.py``): one table, one column per arm,
+from the JSON result alone (``to_markdown``), and the cProfile appendix of ``--profile``
+(``profile_details``). SWA figures are tokens per running request; costs are milliseconds."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable, List
+
+from swa_hold_setup import ARM_ORDER
+
+from islands_harness.host_syncs import SYNC_KEYS
+
+
+def _f(x, nd=1):
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def A_k(a, k, field, nd=1):
+    hs = a.get("host_syncs") or {}
+    if k not in hs:
+        return "-"
+    return _f(hs[k][field], nd)
+
+
+class _Table:
+    """The metric rows of the table: ``row`` formats one cell per arm from that arm's entry,
+    ``cells`` takes one cell per arm name."""
+
+    def __init__(self, result: dict):
+        self.result = result
+        self.A = result["arms"]
+        self.arms = [a for a in ARM_ORDER if a in self.A]
+        self.ratios = result.get("ratios_vs_upstream", {})
+        self.lines: List[str] = []
+
+    def row(self, label: str, fn: Callable[[dict], str]) -> None:
+        self.lines.append(f"| {label} | " + " | ".join(fn(self.A[a]) for a in self.arms) + " |")
+
+    def cells(self, label: str, fn: Callable[[str], str]) -> None:
+        self.lines.append(f"| {label} | " + " | ".join(fn(a) for a in self.arms) + " |")
+
+    def ratio(self, label: str, fn: Callable[[dict], str]) -> None:
+        """A ratio-vs-upstream row: ``1`` for upstream, ``-`` where there is no ratio."""
+        r = self.ratios
+        self.cells(label, lambda a: "1" if a == "upstream" else (fn(r[a]) if a in r else "-"))
+
+
+def _hold_rows(t: _Table) -> None:
+    for phase, key in (("after commit", "after_commit"), ("chunk in flight", "with_chunk_in_flight"),
+                       ("decode", "decode")):
+        t.row(f"{phase}: held (locked + private) max / mean",
+              lambda a: f"{_f(a[key].get('max_swa_held_per_running_req'))} / "
+                        f"{_f(a[key].get('mean_swa_held_per_running_req'))}")
+        t.row(f"{phase}: locked max / private max",
+              lambda a: f"{_f(a[key].get('max_swa_locked_per_running_req'))} / "
+                        f"{_f(a[key].get('max_swa_private_per_running_req'))}")
+        t.row(f"{phase}: tree evictable max / mean",
+              lambda a: f"{_f(a[key].get('max_swa_evictable_per_running_req'))} / "
+                        f"{_f(a[key].get('mean_swa_evictable_per_running_req'))}")
+        t.row(f"{phase}: dead max / mean",
+              lambda a: f"{_f(a[key].get('max_dead_swa_per_running_req'))} / "
+                        f"{_f(a[key].get('mean_dead_swa_per_running_req'))}")
+        t.row(f"{phase}: SWA allocated max / mean",
+              lambda a: f"{_f(a[key].get('max_swa_allocated_per_running_req'))} / "
+                        f"{_f(a[key].get('mean_swa_allocated_per_running_req'))}")
+
+
+def _cost_rows(t: _Table) -> None:
+    A, arms, ratios = t.A, t.arms, t.ratios
+    t.row("commit CPU ms median / p90 (`perf_counter`)",
+          lambda a: f"{_f(a['commit_cpu_seconds_median'] * 1e3, 3)} / "
+                    f"{_f(a['commit_cpu_seconds_p90'] * 1e3, 3)}"
+          if a["commit_cpu_seconds_median"] is not None else "-")
+    t.ratio("commit CPU ratio vs upstream (median / p90, perf_counter)",
+            lambda r: f"{r['commit_cpu_median']:.3f} / {r['commit_cpu_p90']:.3f}")
+    t.row("commit thread CPU ms median / p90 (`time.thread_time`)",
+          lambda a: f"{_f(a['commit_thread_cpu_seconds_median'] * 1e3, 3)} / "
+                    f"{_f(a['commit_thread_cpu_seconds_p90'] * 1e3, 3)}"
+          if a["commit_thread_cpu_seconds_median"] is not None else "-")
+    t.ratio("commit thread CPU ratio vs upstream (median / p90)",
+            lambda r: f"{r['commit_thread_cpu_median']:.3f} / {r['commit_thread_cpu_p90']:.3f}")
+    if any(A[a].get("commit_free_thread_cpu_seconds_median") is not None for a in arms):
+        t.row("of which the SWA free (`free_swa_pages`), thread CPU ms median",
+              lambda a: _f(a["commit_free_thread_cpu_seconds_median"] * 1e3, 3)
+              if a.get("commit_free_thread_cpu_seconds_median") is not None else "-")
+        t.cells("upstream's commit + that free, thread CPU ratio vs upstream (a floor for freeing "
+                "at commit)",
+                lambda a: _f(ratios[a]["upstream_plus_free_thread_cpu_median"], 3)
+                if "upstream_plus_free_thread_cpu_median" in ratios.get(a, {}) else "-")
+    t.ratio("per-repeat median ratio vs upstream (perf_counter)",
+            lambda r: ", ".join(f"{x:.3f}" for x in r["per_repeat_median"]))
+    t.row("all commits of a run + final SWA reclaim, ms (reclaimed tokens)",
+          lambda a: f"{_f(a['commit_cpu_seconds_per_run_median'] * 1e3, 2)} + "
+                    f"{_f(a['final_swa_reclaim_cpu_seconds_median'] * 1e3, 2)} "
+                    f"({a['final_swa_reclaimed_tokens']})"
+          if a["commit_cpu_seconds_per_run_median"] is not None else "-")
+    t.row("commit timing samples (commits x repeats)",
+          lambda a: f"{a['commits_per_run']} x {t.result['repeats']}")
+
+
+def _sync_rows(t: _Table) -> None:
+    A, arms = t.A, t.arms
+    t.row("host syncs per commit max / mean",
+          lambda a: f"{_f(a['host_syncs'].get('syncs_per_commit_max'))} / "
+                    f"{_f(a['host_syncs'].get('syncs_per_commit_mean'), 2)}" if a["host_syncs"] else "-")
+    for k in SYNC_KEYS:
+        if any(A[a]["host_syncs"] and A[a]["host_syncs"][k]["per_commit_max"] for a in arms):
+            t.row(f"  `{k}` per commit max / mean",
+                  lambda a, k=k: f"{A_k(a, k, 'per_commit_max')} / {A_k(a, k, 'per_commit_mean', 2)}")
+    if any(A[a]["host_syncs"] and "cuda_sync" in A[a]["host_syncs"] for a in arms):
+        t.row("CUDA syncs per commit max / mean (torch sync debug mode)",
+              lambda a: f"{A_k(a, 'cuda_sync', 'per_commit_max')} / "
+                        f"{A_k(a, 'cuda_sync', 'per_commit_mean', 2)}")
+        t.row("decode-island CUDA syncs max",
+              lambda a: _f(((a.get("decode_island_host_syncs") or {}).get("cuda_sync") or {})
+                           .get("per_commit_max")))
+    t.row("aten ops per commit max / mean",
+          lambda a: f"{A_k(a, 'aten_ops', 'per_commit_max')} / {A_k(a, 'aten_ops', 'per_commit_mean')}")
+
+
+def _island_rows(t: _Table) -> None:
+    t.row("chunk islands / decode islands", lambda a: f"{a['chunk_islands']} / {a['decode_islands']}")
+    t.row("decode-island CPU ms median",
+          lambda a: _f(statistics.median(a["decode_island_cpu_seconds"]) * 1e3, 3)
+          if a["decode_island_cpu_seconds"] else "-")
+    t.row("decode-island host syncs max",
+          lambda a: _f((a.get("decode_island_host_syncs") or {}).get("syncs_per_commit_max")))
+    t.row("measurement run wall s (full decode)", lambda a: _f(a["measurement_run_wall_seconds"]))
+
+
+def _header(result: dict, arms: List[str]) -> List[str]:
+    s = result["shape"]
+    return [
+        f"### SWA hold per running request: w={s['window']} p={s['page']} cp={s['chunk']} "
+        f"prompt={s['prompt']} n={s['n_requests']} decode={s['decode_tokens']}"
+        f" (decode-island interval {s['decode_interval']})",
+        "",
+        f"KV device: {result.get('device', 'cpu')}.",
+        "",
+        "SWA tokens per running request (max / mean over snapshots and running requests).",
+        "`after commit`: right after each `cache_unfinished_req`, before the next chunk is "
+        "allocated; `chunk in flight`: after each extend step, including the next chunk's slots.",
+        "",
+        "| metric | " + " | ".join(arms) + " |",
+        "|---|" + "---|" * len(arms),
+    ]
+
+
+def _notes(result: dict) -> List[str]:
+    s = result["shape"]
+    cuda = str(result.get("device", "cpu")).startswith("cuda")
+    lines = [
+        "",
+        f"Pools: full {s['full_pool']} / SWA {s['swa_pool']} tokens (no eviction pressure, no "
+        "retractions: the natural hold is measured). `held` = SWA-locked tree nodes + live "
+        "request-owned slots (`req_hold`); `tree evictable`, `dead` and `SWA allocated` are pool "
+        "totals divided by the running requests; `dead` = live, unlocked tree SWA outside every "
+        "running request's window `[L - w, L)` (during decode, islands' count includes the "
+        "prompt's last island, kept live on purpose as the re-serve point; with lazy reclaim it "
+        "is the cached SWA below islands, evictable: what `lazy`, the default, keeps until the pool needs it). "
+        "Commit CPU: "
+        "`time.perf_counter` (wall) and `time.thread_time` (this thread's CPU, less sensitive "
+        "to other jobs on the machine) around `tree.cache_unfinished_req` "
+        + ("(tensor ops are CUDA kernel launches: the thread time is the host's launch cost), "
+           if cuda else
+           "(CPU harness: tensor ops run on CPU tensors), ")
+        + "median / p90 over all commits of all timing repeats. Host syncs: aten ops "
+        "that block the host on a CUDA tensor (see the module docstring), counted per commit"
+        + ("; CUDA syncs: warnings of torch's sync debug mode, counted per commit."
+           if cuda else "."),
+    ]
+    acc = result.get("acceptance")
+    if acc:
+        lines += ["", "Acceptance: " + ", ".join(f"{k}={v}" for k, v in acc.items())]
+    lines += ["", f"Command: `{result.get('command', '')}`"]
+    env = result.get("environment")
+    if env:
+        lines += ["", f"Machine: {env['cpus']} CPUs, load average {env['loadavg_start'][0]:.1f} at "
+                      f"start / {env['loadavg_end'][0]:.1f} at end (other jobs share it: timings are "
+                      f"noisy; arms are interleaved per repeat); torch {env['torch']}, "
+                      f"{env['torch_threads']} thread(s)."]
+    lines.append("")
+    return lines
+
+
+def to_markdown(result: dict) -> str:
+    """The result's table, pools and method notes, acceptance, command and machine."""
+    t = _Table(result)
+    for part in (_hold_rows, _cost_rows, _sync_rows, _island_rows):
+        part(t)
+    return "\n".join(_header(result, t.arms) + t.lines + _notes(result))
+
+
+def profile_details(result: dict) -> str:
+    """One collapsed cProfile table per arm that has ``commit_profile`` (``--profile N``)."""
+    out = []
+    for arm, a in result["arms"].items():
+        if a.get("commit_profile"):
+            out.append(f"\n<details><summary>cProfile of the commit path: {arm} "
+                       f"(thread-CPU microseconds per commit, profiler overhead included, "
+                       f"{result['profile_runs']} runs)</summary>\n\n"
+                       "| cumulative | own | calls | function |\n|---:|---:|---:|---|\n")
+            for r in a["commit_profile"]:
+                out.append(f"| {r['cumtime_us_per_commit']:.1f} | {r['tottime_us_per_commit']:.1f}"
+                           f" | {r['ncalls']} | `{r['func']}` |\n")
+            out.append("\n</details>\n")
+    return "".join(out)
