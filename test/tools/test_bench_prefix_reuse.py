@@ -3,12 +3,13 @@ and the committed result (seconds, no server), plus one smoke run on the real se
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
 import pytest
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
 import prefix_reuse as pr  # noqa: E402
