@@ -64,7 +64,7 @@ with the seed's ratios beside it. Files in ``--out``: ``<arm>.server.log``, ``se
 
 ``--profile cpu-tiny`` is the same script on the CPU test server with the tiny variant of the
 config (``gpu_seed_model.py --size tiny``), its own planner pools (the tiny config's fp32 bytes
-per token, a 24 MB budget), a few requests; test/test_gpu_seed_shape.py runs it.
+per token, a 24 MB budget), a few requests; test/tools/test_gpu_seed_shape.py runs it.
 
 Modules: ``seed_shape_setup`` (arms, profiles, planner pools, server commands, prompts),
 ``seed_shape_run`` (one arm on a live server and its summary), ``seed_shape_report`` (the

@@ -3,7 +3,7 @@
 faults for a fixed time; every greedy output checked against transformers, pools, tree, log, RSS
 and throughput checked at idle points in between.
 
-    .venv/bin/python benchmarks/soak.py --quick                  # about 4 minutes (CI: test_soak.py)
+    .venv/bin/python benchmarks/soak.py --quick                  # about 4 minutes (CI: test/server/test_soak.py)
     .venv/bin/python benchmarks/soak.py --minutes 30 --json benchmarks/results/soak_30min.json
     .venv/bin/python benchmarks/soak.py --quick --islands off    # the same soak with islands off
 

@@ -2,8 +2,8 @@
 prompt and output, sent while it still runs or after it finished, and what the server log says
 about the pools and islands meanwhile.
 
-Shared by `test/test_server_decode_islands.py`, `benchmarks/decode_reuse.py` and the admission
-benchmark's agent workload. Requests go through `islands_harness.client`.
+Shared by `test/server/test_server_decode_islands.py`, `benchmarks/decode_reuse.py` and the
+admission benchmark's agent workload. Requests go through `islands_harness.client`.
 
 - `follow_up_while_running`: request A streams; once A has generated `>= k * interval + delta`
   tokens, B = A's prompt + A's output so far (+ a little new text) is sent while A still runs.

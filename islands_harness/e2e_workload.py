@@ -1,5 +1,5 @@
-"""The e2e workload and server arguments shared by test/test_server_e2e.py (the pinned, patched
-engine) and scripts/main_smoke.py --e2e (stock sglang 0.5.23 in .venv-main, issue 17).
+"""The e2e workload and server arguments shared by test/server/test_server_e2e.py (the pinned,
+patched engine) and scripts/main_smoke.py --e2e (stock sglang 0.5.23 in .venv-main, issue 17).
 
 `SERVER_ARGS` go after the harness's `BASE_ARGS` (islands_harness.server): page 1, chunked
 prefill 64, a 4096-token full pool and a 1024-token SWA pool (ratio 0.25), metrics on. The tiny

@@ -3,8 +3,8 @@ hold fragment of patch 0011), retractions, and the pool sizes and island warning
 
 The decode and prefill usage parts are written by upstream's `PoolStats.get_*_usage_msg_parts`
 (`sglang/srt/managers/scheduler_components/pool_stats_observer.py`, patched by 0011 to add the
-hold fragment); `test/test_harness_units.py` formats lines with that real class and parses them
-back, so a change of the writer breaks the test, not a benchmark's figures.
+hold fragment); `test/tools/test_harness_units.py` formats lines with that real class and parses
+them back, so a change of the writer breaks the test, not a benchmark's figures.
 
 Token counts are tokens; `*_use` are the two-decimal usage ratios the log prints.
 """

@@ -112,7 +112,7 @@ from equality_gate_workload import (  # noqa: E402
     CLASSES, CPU_CHUNK, CPU_DECODE_INTERVAL, CPU_WINDOW, Req, Step, all_reqs, build_workload,
     workload_hash)
 
-# The gate's names that test/test_equality_gate.py reads from this module.
+# The gate's names that test/tools/test_equality_gate.py reads from this module.
 __all__ = ["CLASSES", "CPU_CHUNK", "Req", "Step", "all_reqs", "build_workload",
            "expected_status", "main", "make_parser", "workload_hash"]
 

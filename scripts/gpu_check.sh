@@ -102,7 +102,8 @@ echo "gpu_check: steps $STEPS, budget ${BUDGET} s ($(left) s left after setup); 
 if want unit && lim=$(limit 200 "$gate_reserve" 60 "unit tests on cuda"); then
   step "unit tests on cuda" timeout --kill-after=10 "$lim" env ISLANDS_TEST_DEVICE=cuda SGLANG_USE_CPU_ENGINE=0 TRITON_INTERPRET=0 \
     "$PY" -m pytest -q -rfE -p no:cacheprovider -m "not server" --junitxml "$OUT/unit_cuda.xml" \
-    test/test_chunk_islands.py test/test_decode_islands.py test/test_island_formulas.py
+    test/engine/test_chunk_islands.py test/engine/test_decode_islands.py \
+    test/engine/test_island_formulas.py
 fi
 HOLD=(env ISLANDS_TEST_DEVICE=cuda SGLANG_USE_CPU_ENGINE=0 TRITON_INTERPRET=0 PYTHONUNBUFFERED=1 "$PY" benchmarks/swa_hold.py)
 if want hold && lim=$(limit 120 "$gate_reserve" 30 "hold benchmark on cuda (quick)"); then

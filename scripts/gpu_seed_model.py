@@ -57,7 +57,7 @@ SGLang's swap: head_dim = v_head_dim = 512 and num_key_value_heads = 2 (full att
 swa_head_dim = swa_v_head_dim = 256 and swa_num_key_value_heads = 8 (sliding), global_* as
 published. ``--published`` writes the published layout instead (model_type ``gemma4``,
 Gemma 4's convention, no vision config), so a test can check through SGLang's own ``ModelConfig``
-that both give the same KV shapes, layer ids and window (test/test_gpu_seed_shape.py). A
+that both give the same KV shapes, layer ids and window (test/tools/test_gpu_seed_shape.py). A
 transformers model built from the SGLang-form file would read head_dim as the sliding layers';
 nothing here builds one (the weights are SGLang's dummy init). With dummy weights the full layers'
 V projection is not tied to K (SGLang ties them when loading a checkpoint, attention_k_eq_v);

@@ -87,7 +87,7 @@ CI_HEADER = ('\nfrom sglang.test.ci.ci_register import register_cpu_ci\n\n'
              'register_cpu_ci(est_time=5, suite="base-a-test-cpu")\n')
 # Text of ours that must not reach upstream: our files and paths upstream does not have.
 LEAKS = re.compile(r"islands_harness|islands_tools|\bbenchmarks/|\bscripts/|\bpatches/|"
-                   r"docs/PR\.md|\bREADME\b|\btest/test_\w+")
+                   r"docs/PR\.md|\bREADME\b|\btest/(?:engine/|server/|tools/)?test_\w+")
 TEST_ENV = "SGLANG_USE_CPU_ENGINE=1 TRITON_INTERPRET=1"
 
 REGISTRY = UPSTREAM_PREFIX + "srt/mem_cache/registry.py"

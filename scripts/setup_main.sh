@@ -19,7 +19,7 @@
 #   upstream builds its CPU kernels from source (sgl-kernel's pyproject_cpu.toml, for Xeon/AMX).
 #   In its place a .pth puts islands_harness/main_compat/site on sys.path of .venv-main only: a
 #   harness-only `sgl_kernel` stand-in whose CPU functions are small pure-torch equivalents
-#   (islands_harness/main_compat/README.md; tests in test/test_main_compat.py).
+#   (islands_harness/main_compat/README.md; tests in test/tools/test_main_compat.py).
 # - requirements-main-cpu.lock overrides requirements-cpu.lock where sglang 0.5.23 pins another
 #   version (transformers 5.19, tokenizers 0.23, ...).
 set -euo pipefail

@@ -3,6 +3,9 @@
 #
 #   scripts/test.sh                 all tests: .venv/bin/python -m pytest test -q
 #   scripts/test.sh -k patches -x   extra arguments go to pytest
+#   scripts/test.sh test/engine -x  leading arguments that are `test` or start with `test/` (a
+#                                   group: test/engine, test/server, test/tools; a file; a node
+#                                   id) replace `test` as what pytest collects
 #
 # Ends with pytest's summary line; exits non-zero on failures and when no test ran (pytest exit 5).
 set -uo pipefail
@@ -14,9 +17,15 @@ PY="${VENV:-$ROOT/.venv}/bin/python"
 # Our modules are copied into the venv: refresh them (and the patch series) before testing.
 "$PY" scripts/patches.py apply >/dev/null || { echo "test.sh: error: scripts/patches.py apply failed" >&2; exit 1; }
 
+targets=()
+while [ $# -gt 0 ] && { [ "$1" = test ] || [[ "$1" == test/* ]]; }; do
+  targets+=("$1"); shift
+done
+[ ${#targets[@]} -gt 0 ] || targets=(test)
+
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
-"$PY" -m pytest test -q "$@" 2>&1 | tee "$out"
+"$PY" -m pytest "${targets[@]}" -q "$@" 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
 summary="$(grep -E '[0-9]+ (passed|failed|error|errors|skipped|deselected|xfailed|xpassed)|no tests ran' "$out" | tail -n 1)"
 echo "test.sh: ${summary:-no pytest summary line} (pytest exit $rc)"

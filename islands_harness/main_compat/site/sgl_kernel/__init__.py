@@ -12,7 +12,7 @@ What it provides, by name, nothing more (an import of any other name fails loudl
 - ``copy_all_layer_kv_cache_cpu`` and ``assign_req_to_token_pool_cpu``: small pure-torch functions
   computing what the CPU kernels compute (the Triton kernels ``copy_all_layer_kv_cache_tiled`` and
   ``assign_req_to_token_pool`` in the same sglang modules are the reference semantics); tested in
-  ``test/test_main_compat.py``.
+  ``test/tools/test_main_compat.py``.
 - the speculative-decoding CPU kernels that are imported at module load but only run under
   speculative decoding, which the harness never enables on ``.venv-main``: placeholders that raise
   ``NotImplementedError`` naming the kernel if they are ever called.

@@ -3,12 +3,13 @@ log and /metrics parsing on captured snippets, aggregation, and the result JSON 
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
 import pytest
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
 import admission  # noqa: E402

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "mutation.sh"
 ENGINE_TESTS = [
-    "test/test_chunk_islands.py",
-    "test/test_decode_islands.py",
-    "test/test_prefix_reuse.py",
-    "test/test_island_metrics.py",
-    "test/test_guard.py",
-    "test/test_island_formulas.py",
-    "test/test_bench_swa_hold.py",
+    "test/engine/test_chunk_islands.py",
+    "test/engine/test_decode_islands.py",
+    "test/engine/test_prefix_reuse.py",
+    "test/engine/test_island_metrics.py",
+    "test/engine/test_guard.py",
+    "test/engine/test_island_formulas.py",
+    "test/tools/test_bench_swa_hold.py",
 ]
 
 # `neg(0) == 0` cannot tell -x from x or +x (2 survivors) but can from ~x and `not x` (2 killed).
@@ -95,7 +95,8 @@ def test_generated_config_is_toml_with_the_engine_test_command():
         i = next(n for n, line in enumerate(lines) if line.strip() == '"%s",' % rx.replace("\\", "\\\\"))
         assert lines[i - 1].lstrip().startswith("#"), lines[i - 1]
     # The module's own tests go first: same tests, earlier first failure.
-    own = {"swa_island_radix_cache": "test/test_island_formulas.py", "swa_island_guard": "test/test_guard.py"}
+    own = {"swa_island_radix_cache": "test/engine/test_island_formulas.py",
+           "swa_island_guard": "test/engine/test_guard.py"}
     stem = modules[0].stem
     if stem in own and (REPO / own[stem]).is_file():
         assert listed[0] == own[stem]

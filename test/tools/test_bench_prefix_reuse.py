@@ -4,12 +4,13 @@ and the committed result (seconds, no server), plus one smoke run on the real se
 import dataclasses
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
 import pytest
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
 from prefix_reuse_arms import ARMS, DEFAULT_ARMS, POOLS  # noqa: E402

@@ -3,11 +3,12 @@ upstream holds more than islands."""
 
 import json
 import os
+import pathlib
 import sys
 
 import pytest
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
 import swa_hold  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 from islands_harness.client import Metrics
 from islands_harness.conversations import LogScan
 
-_ROOT = pathlib.Path(__file__).resolve().parent.parent
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(_ROOT / "benchmarks"))
 
 import decode_reuse  # noqa: E402

@@ -3,12 +3,13 @@ real SGLang classes, deterministic per (arm, pool, class, seed)."""
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
 import pytest
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
 from prefix_reuse_arms import pool_table  # noqa: E402

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "scripts" / "patches.py"
 PATCHES = REPO / "patches"
 TNB = "srt/layers/attention/torch_native_backend.py"

@@ -35,7 +35,7 @@ NGRAM` with and without islands and skips with the server's own error when it do
   forward fails `assert swa_loc is not None` (`swa_memory_pool.py:169`) for a hybrid-SWA target,
   with torch_native and with triton as the target backend.
 The accumulated-progress cadence under variable accept lengths is covered on the real cache in
-`test_decode_islands.py` (MiniScheduler with random accept lengths).
+`test/engine/test_decode_islands.py` (MiniScheduler with random accept lengths).
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """benchmarks/bench_outputs.py: a benchmark writes its files only where its arguments say."""
 
 import argparse
-import os
 import pathlib
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "benchmarks"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from bench_outputs import add_output_args, output_paths, write_files, write_text  # noqa: E402
 
@@ -42,7 +40,7 @@ def test_write_files_writes_only_the_files_asked_for(tmp_path):
 def test_no_benchmark_defaults_into_the_committed_results():
     """No benchmark's argument defaults name benchmarks/results (a run without --out never
     rewrites committed results)."""
-    bench = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
+    bench = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
     offenders = [p.name for p in bench.glob("*.py")
                  if 'RESULTS /' in p.read_text() or '"benchmarks" / "results"' in p.read_text()]
     assert offenders == []

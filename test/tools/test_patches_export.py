@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "scripts" / "patches.py"
 AUTHOR = ("Export Test", "export-test@example.org")
 

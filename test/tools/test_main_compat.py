@@ -29,7 +29,7 @@ import textwrap
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 MAIN_PY = REPO / ".venv-main" / "bin" / "python"
 STANDIN = REPO / "islands_harness" / "main_compat" / "site" / "sgl_kernel" / "__init__.py"
 

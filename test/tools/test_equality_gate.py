@@ -23,7 +23,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 GATE = ROOT / "scripts" / "equality_gate.py"
 GPU_GATE = ROOT / "scripts" / "gpu_gate.sh"
 SHIM = ROOT / "test" / "shims" / "wrong_frontier" / "sitecustomize.py"

@@ -4,7 +4,7 @@ and ModelConfig, and the command line scripts/swa_pool_plan.py.
 
 The planner is ``islands_tools.pool_plan``; the pool formulas the server checks at startup are
 imported by it from ``sglang.srt.mem_cache.swa_island_guard`` (their literal pins are in
-test_guard.py).
+test/engine/test_guard.py).
 
 Units. The note's figures come out with SI units: KB = 1000 bytes and GB = 10**9 bytes.
 * 10.24 KB of draft KV is exactly 10,240 bytes (5 layers x 2 KV heads x (512 + 512) x fp8).
@@ -22,6 +22,7 @@ import io
 import json
 import math
 import os
+import pathlib
 import random
 import runpy
 import subprocess
@@ -33,7 +34,7 @@ import pytest
 from islands_tools import pool_plan as plan
 from sglang.srt.mem_cache import swa_island_guard as guard
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 SCRIPT = os.path.join(ROOT, "scripts", "swa_pool_plan.py")
 
 KB = 1000
