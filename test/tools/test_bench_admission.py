@@ -92,6 +92,20 @@ def test_arm_server_args_and_env():
     assert admission_setup.arm_env(admission_report.ARMS["upstream_0.17"], 0) == {}
 
 
+@pytest.mark.parametrize("pool", ["0.17", "0.10"])
+def test_main_arm_is_upstream_at_the_same_pool_on_the_other_release(pool):
+    """``main_<pool>``: the arguments and environment of ``upstream_<pool>`` (default settings),
+    booted from .venv-main; only the main arms take that interpreter."""
+    m, cpu = admission_setup.plan_mapping(), admission_setup.CpuShape()
+    arms = admission_setup.ARMS
+    main, up = arms[f"main_{pool}"], arms.get(f"upstream_{pool}") or arms["upstream_0.17"]
+    assert main.main and not any(a.main for n, a in arms.items() if not n.startswith("main_"))
+    assert admission_setup.arm_server_args(main, m, cpu) == admission_setup.arm_server_args(
+        admission_setup.Arm(f"upstream_{pool}", pool), m, cpu)
+    assert admission_setup.arm_env(main, 34) == admission_setup.arm_env(up, 34)
+    assert main.name not in admission_setup.QUICK_ARMS + admission_setup.DEFAULT_ARMS
+
+
 # ------------------------------------------------------------------------------- workloads
 
 

@@ -72,6 +72,32 @@ def test_cli_help():
     assert e.value.code == 0
 
 
+def test_main_arm_boots_the_other_release_with_upstreams_arguments(monkeypatch):
+    """``main``: upstream's arguments and environment, the interpreter of .venv-main; only
+    ``main`` boots it; the default arms leave it out."""
+    assert decode_reuse.ARMS["main"] == decode_reuse.ARMS["upstream"] == []
+    assert "main" not in decode_reuse.ARM_ENV
+    seen = []
+
+    class Boot(Exception):
+        pass
+
+    class FakeServer:  # stands in for the boot only: run_arm stops at start()
+        def __init__(self, model, args, boot_timeout_s, env, python):
+            seen.append((list(args), python))
+
+        def start(self):
+            raise Boot
+
+    monkeypatch.setattr(decode_reuse, "SglangServer", FakeServer)
+    monkeypatch.setattr(decode_reuse, "main_python", lambda: "/venv-main/bin/python")
+    for arm in ("upstream", "main"):
+        with pytest.raises(Boot):
+            decode_reuse.run_arm(_ROOT, 100, arm, decode_reuse.quick_shape(1), [])
+    assert seen == [(decode_reuse.SERVER_ARGS, None),
+                    (decode_reuse.SERVER_ARGS, "/venv-main/bin/python")]
+
+
 def test_committed_result_backs_the_claims_and_renders_the_committed_table():
     assert RESULT_JSON.exists(), f"{RESULT_JSON} is missing: README quotes it"
     r = json.loads(RESULT_JSON.read_text())
