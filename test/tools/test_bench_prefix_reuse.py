@@ -174,6 +174,27 @@ def test_committed_quick_result_has_the_schema_and_its_acceptance():
     assert result["command"].startswith(".venv/bin/python benchmarks/prefix_reuse.py")
 
 
+def test_committed_main_result_compares_upstream_main_in_the_same_run():
+    """``prefix_reuse_quick_main.json``: upstream, knobs, islands and stock 0.5.23 (``main``) in
+    one run, schema and acceptance as recorded; the README's claim on it: islands cache at least
+    as many tokens as main in every pool and class, and main loses part of the partial-prefix
+    hits at the ample pool (fan-out, edited transcripts) that 0.5.15 keeps."""
+    path = QUICK_JSON[:-5] + "_main.json"
+    with open(path) as f:
+        result = json.load(f)
+    validate_result(result)
+    assert set(result["arms"]) == {"upstream", "upstream_knobs", "islands", "main"}
+    assert acceptance(result["arms"], result["cap"], result["page"]) == result["acceptance"]
+    arms = result["arms"]
+    for pool in POOLS:
+        for cls in CLASSES:
+            isl, main = arms["islands"][pool][cls], arms["main"][pool][cls]
+            assert isl["cached_tokens"] >= main["cached_tokens"], (pool, cls)
+    for cls in ("fanout", "branch_edit"):
+        assert arms["main"]["ample"][cls]["cached_tokens"] < arms["upstream"]["ample"][cls][
+            "cached_tokens"], cls
+
+
 def test_class_extra_records_each_request_against_what_could_be_hit():
     """Per request, in script order: [order, prompt tokens, cached tokens, expected shared];
     the expected column sums to the class's expected shared tokens."""
