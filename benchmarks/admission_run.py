@@ -163,10 +163,7 @@ def run_arm(arm: Arm, repeat: int, mapping: Dict[str, Any], cfg: WorkloadConfig,
         boot_text = srv.log_path.read_text(errors="replace")
         out.update(sched_log.parse_boot(boot_text))
         m = fetch_metrics(srv.base_url)
-        out["swa_pool"] = int(sum(m.value(f"sglang:swa_{k}_tokens", default=0.0, agg=max)
-                                  for k in ("available", "evictable", "used")))
-        out["full_pool"] = int(sum(m.value(f"sglang:kv_{k}_tokens", default=0.0, agg=max)
-                                   for k in ("available", "evictable", "used")))
+        out["swa_pool"], out["full_pool"] = m.pool_tokens("swa"), m.pool_tokens("kv")
         if arm.pool_key is not None:
             want = mapping["pools"][arm.pool_key]["swa_pool"]
             if out.get("swa_pool_log", out["swa_pool"]) != want:

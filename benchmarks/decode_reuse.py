@@ -190,10 +190,7 @@ def pool_sizes(srv: SglangServer) -> tuple[int, int]:
     """(SWA pool, full pool) in tokens: available + evictable + used from /metrics, else the
     boot log (stock main exports no SWA pool split)."""
     m = fetch_metrics(srv.base_url)
-    swa = sum(m.value(f"sglang:swa_{k}_tokens", default=0.0, agg=max)
-              for k in ("available", "evictable", "used"))
-    full = sum(m.value(f"sglang:kv_{k}_tokens", default=0.0, agg=max)
-               for k in ("available", "evictable", "used"))
+    swa, full = m.pool_tokens("swa"), m.pool_tokens("kv")
     boot = sched_log.parse_boot(srv.log_path.read_text(errors="replace"))
     return int(swa or boot.get("swa_pool_log") or 0), int(full or boot.get("full_pool_log") or 0)
 

@@ -245,6 +245,13 @@ class Metrics:
             return default
         return float(agg(vals))
 
+    def pool_tokens(self, pool: str) -> int:
+        """Size of one KV pool in tokens, ``pool`` "swa" or "kv" (the full pool): available +
+        evictable + used (0 for a gauge the server does not export; stock 0.5.23 exports only
+        ``swa_used_tokens``, so callers fall back to the boot log)."""
+        return int(sum(self.value(f"sglang:{pool}_{k}_tokens", default=0.0, agg=max)
+                       for k in ("available", "evictable", "used")))
+
     def __contains__(self, name: str) -> bool:
         return any(n == name for n, _, _ in self.samples)
 

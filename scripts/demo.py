@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from islands_harness.server import (SglangServer,  # noqa: E402
                                     raise_keyboard_interrupt_on_signals)
 from islands_harness import sched_log  # noqa: E402
+from islands_harness.client import fetch_metrics  # noqa: E402
 from islands_harness.tiny_model import build_tiny_model  # noqa: E402
 
 # name -> sglang arguments of that arm (on top of DEMO_SERVER_ARGS and --extra-server-args).
@@ -165,11 +166,8 @@ def run_arm(name: str, arm_args: list[str], model: pathlib.Path, a) -> ArmResult
         res.boot_s = srv.boot_s
         log(f"{name}: healthy at {srv.base_url} after {srv.boot_s:.1f} s "
             f"(pid {srv.pid}, log {srv.log_path})")
-        m = srv.metrics()
-        res.swa_pool = sum(m.get(f"sglang:swa_{k}_tokens", 0.0)
-                           for k in ("available", "evictable", "used"))
-        res.full_pool = sum(m.get(f"sglang:kv_{k}_tokens", 0.0)
-                            for k in ("available", "evictable", "used"))
+        m = fetch_metrics(srv.base_url)
+        res.swa_pool, res.full_pool = float(m.pool_tokens("swa")), float(m.pool_tokens("kv"))
         pools = PoolPeaks(srv.log_path, res.swa_pool, res.full_pool)
         t_work = time.monotonic()
         run_chat(srv, pools, res, convs=a.convs, turns=a.turns, max_tokens=a.max_tokens)

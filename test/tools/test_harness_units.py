@@ -101,6 +101,16 @@ def test_metrics_parse_keeps_labels_and_skips_comments():
     assert m.value("sglang:bad_value", default=0.0) == 0.0
 
 
+def test_pool_tokens_is_available_plus_evictable_plus_used():
+    m = Metrics.parse('sglang:swa_available_tokens{model_name="m"} 1000\n'
+                      'sglang:swa_evictable_tokens{model_name="m"} 300\n'
+                      'sglang:swa_used_tokens{model_name="m"} 525\n'
+                      'sglang:kv_used_tokens{model_name="m"} 4096\n')
+    assert m.pool_tokens("swa") == 1825
+    assert m.pool_tokens("kv") == 4096  # stock 0.5.23: only the used gauge
+    assert Metrics.parse("").pool_tokens("swa") == 0
+
+
 def test_generate_body_is_greedy_on_token_ids():
     b = generate_body([5, 6], 4, rid="r1", sampling_params={"ignore_eos": False})
     assert b == {"input_ids": [5, 6], "rid": "r1", "sampling_params": {
