@@ -145,6 +145,8 @@ def check_invariants(stack, running: Iterable = ()) -> None:
     # shared nodes are counted once per request: at least what the tree says is protected
     assert locked_total >= tree.swa_protected_size_, (locked_total, tree.swa_protected_size_)
     check_windows_live(stack, running)
+    if hasattr(tree, "check_eviction_classes"):
+        tree.check_eviction_classes()  # islands: the eviction index agrees with the tree
 
     # Full pool: free list unique, disjoint from what the tree and running requests reference.
     # (Counting and masks instead of unique/isin: O(n), and these run after every step.)

@@ -81,13 +81,22 @@ the in-flight chunk's window locked (:func:`commit_frees_are_stream_ordered`).
 
 import dataclasses
 import weakref
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional
+from typing import TYPE_CHECKING, Collection, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams, SWAHoldStats
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang.srt.mem_cache.swa_island_eviction import (
+    COLD,
+    QUEUED,
+    RETENTION,
+    WINDOW,
+    EvictionClasses,
+    QueuedHits,
+    StampedLRUList,
+)
 from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache, TreeNode
 
 if TYPE_CHECKING:
@@ -173,11 +182,13 @@ def commit_frees_are_stream_ordered(device: torch.device, overlap: bool) -> bool
 class Keep:
     """The match ends whose windows one pass of SWA eviction keeps: the queued hits always;
     every other match end if ``others``, retention points (chunk islands) among them only if
-    ``retention``."""
+    ``retention``. ``classes``: the eviction classes whose nodes the pass may take (the pass
+    meets no node of another class)."""
 
     retention: bool
     others: bool
-    queued: frozenset
+    queued: Collection
+    classes: Tuple[int, ...] = (COLD, RETENTION, WINDOW, QUEUED)
 
 
 @dataclasses.dataclass
@@ -220,6 +231,9 @@ class SWAIslandRadixCache(SWARadixCache):
 
     def reset(self) -> None:
         super().reset()
+        # the SWA LRU list stamps its order; eviction classes index its nodes in that order
+        self._classes = EvictionClasses()
+        self.swa_lru_list = StampedLRUList(self._classes)
         # island ends kept as match ends: node -> number of marks (a node may end several
         # requests' islands); a request's latest island, by rid, until its next island
         self._island_marks: "weakref.WeakKeyDictionary[TreeNode, int]" = (
@@ -230,12 +244,10 @@ class SWAIslandRadixCache(SWARadixCache):
         self._retention_marks: "weakref.WeakSet[TreeNode]" = weakref.WeakSet()
         self._latest_island: Dict[str, TreeNode] = {}
         # queued hits: the match end each waiting request would hit (the root: none yet), in
-        # arrival order, from its arrival until its first commit (weak keys: a request dropped
-        # from the queue drops its entry); and, for the refresh at a commit, the same by node and
-        # by the child key of the request's next page after it (the edge it would continue on)
-        self._queued_hits: "weakref.WeakKeyDictionary[Req, TreeNode]" = (
-            weakref.WeakKeyDictionary()
-        )
+        # arrival order, from its arrival until its first commit; and, for the refresh at a
+        # commit, the same by node and by the child key of the request's next page after it
+        # (the edge it would continue on)
+        self._queued_hits = QueuedHits(self.root_node, self._unverify_above)
         self._queued_at: "weakref.WeakKeyDictionary[TreeNode, Dict[object, weakref.WeakSet]]" = (
             weakref.WeakKeyDictionary()
         )
@@ -304,7 +316,7 @@ class SWAIslandRadixCache(SWARadixCache):
         result = self.match_prefix(MatchPrefixParams(key=key))
         node, hit = result.last_device_node, len(result.device_indices)
         self._unindex_queued(req)
-        self._queued_hits[req] = node  # an update keeps the request's place in arrival order
+        self._queued_hits.set(req, node)  # an update keeps the request's place in arrival order
         # the child key the tree files the request's next page under (bigram keys need one more)
         nxt = token_ids[hit : hit + self.page_size + (1 if self.is_eagle else 0)]
         if len(nxt) >= self.page_size + (1 if self.is_eagle else 0):
@@ -314,7 +326,7 @@ class SWAIslandRadixCache(SWARadixCache):
 
     def _drop_queued(self, req: Req) -> None:
         self._unindex_queued(req)
-        self._queued_hits.pop(req, None)
+        self._queued_hits.drop(req)
 
     def _unindex_queued(self, req: Req) -> None:
         node, edge = self._queued_edge.pop(req, (None, None))
@@ -453,6 +465,7 @@ class SWAIslandRadixCache(SWARadixCache):
             self._island_marks[node] = marks
         else:
             self._island_marks.pop(node, None)
+            self._unverify_above(node)
 
     def _is_match_end(self, node: TreeNode, keep: Optional[Keep] = None) -> bool:
         """Whether ``node``'s end is a match end whose window ``keep`` keeps (default: every
@@ -511,28 +524,173 @@ class SWAIslandRadixCache(SWARadixCache):
         return x.parent
 
     def _keep_all(self) -> Keep:
-        return Keep(retention=True, others=True, queued=frozenset(self._queued_hit_nodes()))
+        self._queued_hits.reap()
+        return Keep(retention=True, others=True, queued=self._queued_hits.nodes)
 
     def _queued_hit_nodes(self) -> List[TreeNode]:
         """Queued hits' match ends, in arrival order (no root: a request with nothing to hit)."""
-        return [n for n in dict.fromkeys(self._queued_hits.values()) if n is not self.root_node]
+        self._queued_hits.reap()
+        return self._queued_hits.in_order()
 
     def eviction_passes(self) -> List[Keep]:
+        """What each pass of SWA eviction keeps, in order (:meth:`_passes`), as a list of
+        snapshots (each pass's queued hits as a frozenset)."""
+        self._queued_hits.reap()
+        return [dataclasses.replace(p, queued=frozenset(p.queued)) for p in self._passes()]
+
+    def _passes(self) -> Iterator[Keep]:
         """What each pass of SWA eviction keeps, in order: every window (the pass takes cold
         tokens); every window but those of retention points; the windows of queued hits only,
         then of the earliest queued half, quarter, ... of them (the first come is admitted next).
         Passes that would keep what the previous one kept are left out. After them, upstream's
-        LRU eviction over everything unlocked."""
-        queued = self._queued_hit_nodes()
-        every = frozenset(queued)
-        passes = [Keep(retention=True, others=True, queued=every)]
-        if self._retention_marks:
-            passes.append(Keep(retention=False, others=True, queued=every))
-        n = len(queued)
+        LRU eviction over everything unlocked.
+
+        Which passes run is fixed when the first one starts; the queue's order is read only by
+        a pass that keeps part of the queued hits (O(queued hits), when eviction gets that far).
+        """
+        every = self._queued_hits.nodes
+        with_retention = bool(self._retention_marks)
+        n = len(every)
+        yield Keep(retention=True, others=True, queued=every, classes=(COLD,))
+        if with_retention:
+            yield Keep(retention=False, others=True, queued=every, classes=(COLD, RETENTION))
+        if n == 0:
+            return
+        yield Keep(retention=False, others=False, queued=every, classes=(COLD, RETENTION, WINDOW))
+        queued = self._queued_hits.in_order()
+        n //= 2
         while n > 0:
-            passes.append(Keep(retention=False, others=False, queued=frozenset(queued[:n])))
+            yield Keep(retention=False, others=False, queued=frozenset(queued[:n]))
             n //= 2
-        return passes
+
+    # ---- eviction classes ---------------------------------------------------------------------
+
+    def _category(self, node: TreeNode) -> int:
+        """The eviction class whose passes stop keeping ``node``'s window as a match end:
+        QUEUED (a queued hit), WINDOW (a leaf, a junction, SWA-locked, an island end), RETENTION
+        (a retention point only) or COLD (not a match end). Agrees with :meth:`_is_match_end`:
+        a pass of :meth:`_passes` keeps the window iff the category is above its classes."""
+        if node in self._queued_hits.nodes:
+            return QUEUED
+        if (
+            len(node.children) != 1
+            or node.swa_lock_ref > 0
+            or self._island_marks.get(node, 0) > 0
+        ):
+            return WINDOW
+        if node in self._retention_marks:
+            return RETENTION
+        return COLD
+
+    def _protection(self, x: TreeNode) -> int:
+        """Eviction class of live ``x``: the highest category of a match end at or below it whose
+        live window covers all of ``x`` (page-rounded, as :meth:`_cold_head` rounds), or COLD.
+
+        Same walk as :meth:`_window_tail`, pruned below the depth where a window can no longer
+        cover ``x``. Example: window_left 32, page 1, x of 20 tokens: a leaf 10 tokens below it
+        covers it (32 - 10 >= 20), one 13 tokens below does not.
+        """
+        window, page, need = self.sliding_window_size, self.page_size, len(x.value)
+        if -(-window // page) * page < need:
+            return COLD  # longer than a window: no window covers all of it
+        run, node = need, x.parent
+        while run < window and node is not self.root_node and not node.swa_tombstone:
+            run += len(node.value)
+            node = node.parent
+        to_root = run < window and node is self.root_node
+        best = COLD
+        stack = [(x, 0)]
+        while stack:
+            n, below = stack.pop()
+            if to_root or run + below >= window:
+                best = max(best, self._category(n))
+                if best == QUEUED:
+                    return best
+            for child in n.children.values():
+                d = below + len(child.value)
+                if -(-(window - d) // page) * page >= need and not child.swa_tombstone:
+                    stack.append((child, d))
+        return best
+
+    def _unverify_above(self, node: TreeNode, below: int = 0, fresh: Collection = ()) -> None:
+        """A cover may be gone: file as COLD ``node`` and its live ancestors whose end is less
+        than a window above ``node``'s end plus ``below`` tokens (the nodes whose windows a
+        match end there could cover), or less than a window above a node of ``fresh`` on the way.
+
+        For a match end that lost its category: ``(m)``; for a tombstone or a deleted node ``a``:
+        ``(a.parent, len(a))``; for released SWA locks: ``(deepest, 0, released)``.
+        """
+        window, root, in_list = self.sliding_window_size, self.root_node, self.swa_lru_list.in_list
+        while node is not root and node is not None and not node.swa_tombstone:
+            if node in fresh:
+                below = 0
+            elif below >= window:
+                break
+            if in_list(node):
+                self._classes.place(node, COLD)
+            below += len(node.value)
+            node = node.parent
+
+    def _unverify_below(self, a: TreeNode) -> None:
+        """``a`` turned into a tombstone: file as COLD its live descendants whose own live run
+        reached ``a`` within a window (their windows, or the one above them, crossed ``a``)."""
+        window = self.sliding_window_size
+        stack = [(c, len(c.value)) for c in a.children.values()]
+        while stack:
+            n, d = stack.pop()
+            if d >= window or n.swa_tombstone:
+                continue
+            self._classes.place(n, COLD)
+            stack.extend((c, d + len(c.value)) for c in n.children.values())
+
+    def _tombstone_swa(self, x: TreeNode) -> None:
+        super()._tombstone_swa(x)
+        self._unverify_above(x.parent, len(x.value))
+        self._unverify_below(x)
+
+    def _add_new_node(self, parent: TreeNode, key, value, swa_tombstone: bool = False):
+        was_leaf = len(parent.children) == 0
+        node = super()._add_new_node(parent, key, value, swa_tombstone=swa_tombstone)
+        if was_leaf:
+            self._unverify_above(parent)  # a leaf with a child is no longer a match end
+        return node
+
+    def _delete_leaf(self, node: TreeNode) -> None:
+        parent = node.parent
+        super()._delete_leaf(node)
+        self._unverify_above(parent)  # the leaf's window, and maybe the parent's junction, went
+
+    def _delete_tombstone_leaf(self, node: TreeNode) -> None:
+        parent = node.parent
+        super()._delete_tombstone_leaf(node)
+        self._unverify_above(parent)
+
+    def dec_lock_ref(self, node: TreeNode, params=None, skip_swa: bool = False):
+        released = []
+        if not skip_swa and not self.disable:
+            uuid = params.swa_uuid_for_lock if params is not None else None
+            released = [n for n in self.swa_lock_range(node, uuid) if n.swa_lock_ref == 1]
+        result = super().dec_lock_ref(node, params, skip_swa=skip_swa)
+        if released:
+            self._unverify_above(released[0], 0, released)
+        return result
+
+    def dec_swa_lock_only(
+        self, node: TreeNode, swa_uuid_for_lock: Optional[int] = None, keep_leaf_live: bool = False
+    ):
+        released = []
+        if not self.disable:
+            released = [
+                n for n in self.swa_lock_range(node, swa_uuid_for_lock) if n.swa_lock_ref == 1
+            ]
+        super().dec_swa_lock_only(node, swa_uuid_for_lock, keep_leaf_live=keep_leaf_live)
+        if not released:
+            return
+        first = released[0]
+        if first.swa_tombstone:  # upstream frees a released leaf unless keep_leaf_live
+            self._unverify_above(first.parent, len(first.value), released)
+        else:
+            self._unverify_above(first, 0, released)
 
     # ---- reclaim ------------------------------------------------------------------------------
 
@@ -563,37 +721,83 @@ class SWAIslandRadixCache(SWARadixCache):
                 self.stats.freed_at_commit += len(head.value)
 
     def _evict_swa(self, swa_num_tokens: int):
-        """The passes of :meth:`eviction_passes`, each over nodes in least recently used order;
-        then everything else in upstream's LRU order. An eviction of at least all evictable SWA
+        """The passes of :meth:`_passes`, each over nodes in least recently used order; then
+        everything else in upstream's LRU order. An eviction of at least all evictable SWA
         (``/flush_cache``-like, or a pool that needs everything) keeps nothing, so it goes straight
-        to upstream's walk: the passes would only split nodes that are evicted next."""
+        to upstream's walk: the passes would only split nodes that are evicted next.
+
+        A pass meets only the nodes of its eviction classes (:class:`EvictionClasses`): a node it
+        finds covered by a window it keeps is filed under its class and not met again until a
+        cover may be gone, so a pass costs the nodes it frees or splits, not the windows it keeps.
+        """
         if swa_num_tokens >= self.swa_evictable_size_:
             full_evicted, swa_evicted = super()._evict_swa(swa_num_tokens)
             self.stats.reclaimed_window += swa_evicted
             return full_evicted, swa_evicted
+        self._queued_hits.reap()
         full_evicted = swa_evicted = 0
-        for i, keep in enumerate(self.eviction_passes()):
+        for i, keep in enumerate(self._passes()):
             if swa_evicted >= swa_num_tokens:
                 break
-            x = self.swa_lru_list.get_lru_no_lock()
-            while swa_evicted < swa_num_tokens and self.swa_lru_list.in_list(x):
-                x_next = self.swa_lru_list.get_prev_no_lock(x)
-                head = self._cold_head(x, keep)
-                if head is not None:
-                    full, swa = self._evict_swa_node(head)
-                    full_evicted += full
-                    swa_evicted += swa
-                    if i == 0:
-                        self.stats.reclaimed_cold += swa
-                    else:
-                        self.stats.reclaimed_window += swa
-                x = x_next
+            full, swa = self._evict_pass(keep, swa_num_tokens - swa_evicted)
+            full_evicted += full
+            swa_evicted += swa
+            if i == 0:
+                self.stats.reclaimed_cold += swa
+            else:
+                self.stats.reclaimed_window += swa
         if swa_evicted < swa_num_tokens:
             full, swa = super()._evict_swa(swa_num_tokens - swa_evicted)
             full_evicted += full
             swa_evicted += swa
             self.stats.reclaimed_window += swa
         return full_evicted, swa_evicted
+
+    def _evict_pass(self, keep: Keep, swa_num_tokens: int) -> Tuple[int, int]:
+        """One pass: the nodes of ``keep.classes`` in least recently used order; each one's cold
+        head (outside every window ``keep`` keeps) is evicted until ``swa_num_tokens`` SWA tokens
+        are. A node found covered is filed under its class (for a pass that keeps every window of
+        some categories, a class it does not meet)."""
+        full_evicted = swa_evicted = 0
+        top = keep.classes[-1]
+        walk = self._classes.walk(keep.classes)
+        try:
+            for x in walk:
+                if x.swa_lock_ref > 0:
+                    self._classes.drop(x)  # filed again as COLD when its SWA lock is released
+                    continue
+                if top < QUEUED:
+                    cls = self._protection(x)
+                    if cls > top:
+                        self._classes.place(x, cls)
+                        continue
+                head = self._cold_head(x, keep)
+                if head is None:
+                    self._classes.place(x, self._protection(x))
+                    continue
+                full, swa = self._evict_swa_node(head)
+                full_evicted += full
+                swa_evicted += swa
+                if swa_evicted >= swa_num_tokens:
+                    break
+        finally:
+            walk.close()
+        return full_evicted, swa_evicted
+
+    def check_eviction_classes(self) -> None:
+        """Sanity check of the eviction index, valid at any point between scheduler steps: every
+        live SWA-unlocked node is filed once, in list order, and a node filed above COLD is
+        covered by a window of that category (so a pass that skips it would not have taken it).
+        O(tree): for tests."""
+        self._classes.check(self.swa_lru_list.in_list)
+        for node in self.swa_lru_list.cache.values():
+            cls = getattr(node, "evict_class", None)
+            if node.swa_lock_ref == 0:
+                assert cls is not None, f"live unlocked node {node.id} is in no eviction class"
+            if cls is not None and cls > COLD:
+                assert self._protection(node) >= cls, (
+                    f"node {node.id} filed as {cls} but covered only as {self._protection(node)}"
+                )
 
     def _free_node_swa(self, x: TreeNode) -> None:
         # a live node's value is whole pages whose SWA slots are live: no host sync needed

@@ -1,0 +1,300 @@
+from __future__ import annotations
+
+"""
+Copyright 2023-2024 SGLang Team
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+"""
+
+"""
+The indexes behind SWA islands' eviction order, so that an eviction pays for what it takes, not
+for what it keeps.
+
+SWA eviction of ``SWAIslandRadixCache`` runs passes, each over the SWA LRU list, least recently
+used first: the first takes cold tokens (outside every window a match end needs), later ones
+give up retention windows, then the other windows, then queued hits' windows. A live node is
+*protected* in a pass when the live window of a match end the pass keeps covers all of it. The
+*eviction class* of a node is the last kind of pass that protects it, from the category of the
+match ends whose windows cover it (:data:`COLD` < :data:`RETENTION` < :data:`WINDOW` <
+:data:`QUEUED`); a pass that keeps the windows of categories above ``c`` meets only the nodes of
+classes up to ``c``.
+
+- :class:`StampedLRUList`: upstream's SWA LRU list that stamps every node with its position
+  (``swa_order``, increasing from least to most recently used), so the class indexes below can
+  be kept in the list's order without walking it. A node entering the list is :data:`COLD`
+  (not known to be protected); one leaving it leaves its class.
+- :class:`EvictionClasses`: one heap per class, in list order; stale entries (a node moved,
+  reclassified or gone) are dropped or re-filed lazily when they reach the top.
+- :class:`QueuedHits`: waiting requests' queued hits by request, in arrival order, and their
+  match ends with a count, so "is this node a queued hit" and "how many are there" cost O(1).
+
+Invariant (what makes skipping exact): a node filed under class ``c`` > :data:`COLD` is covered
+by the live window of a match end of category ``>= c``. Whatever can break such a cover moves the
+nodes it may uncover back to :data:`COLD` (``SWAIslandRadixCache._unverify_above`` and
+``_unverify_below``: the nodes within one window of the change), so a node is met again by the
+first pass after it may have lost its cover, and by no pass before.
+"""
+
+import heapq
+import itertools
+import weakref
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from sglang.srt.mem_cache.swa_radix_cache import LRUList, TreeNode
+
+if TYPE_CHECKING:
+    from sglang.srt.managers.schedule_batch import Req
+
+COLD, RETENTION, WINDOW, QUEUED = 0, 1, 2, 3
+"""Eviction classes, in the order passes give them up. COLD: not known to be covered by any kept
+window (the first pass takes it, or finds its cover and files it higher). RETENTION: covered only
+by retention points' windows. WINDOW: by another match end's window. QUEUED: by a queued hit's."""
+
+CLASSES = (COLD, RETENTION, WINDOW, QUEUED)
+
+
+class StampedLRUList(LRUList):
+    """Upstream's SWA LRU list whose nodes carry ``swa_order``: ``(epoch, rank)`` tuples that
+    increase from the least to the most recently used node, kept as upstream moves nodes.
+
+    A node added at the most recently used end opens a new epoch ``(e, 0)``; a parent that
+    ``reset_node_and_parents_mru`` adds right behind its child takes ``(e, rank - 1)``, so a path
+    touched by a match is ordered as the list orders it. Example: leaf, parent, grandparent reset
+    after epoch 7 -> (8, 0), (8, -1), (8, -2), all after every node of epochs <= 7.
+
+    ``classes``: told when a node enters the list (:data:`COLD`) and when it leaves (no class).
+    """
+
+    def __init__(self, classes: "EvictionClasses"):
+        super().__init__(is_swa_list=True)
+        self.classes = classes
+        self._epoch = 0
+
+    def _add_node_after(self, old_node: TreeNode, new_node: TreeNode) -> None:
+        super()._add_node_after(old_node, new_node)
+        if old_node is self.head:
+            self._epoch += 1
+            new_node.swa_order = (self._epoch, 0)
+        else:
+            epoch, rank = old_node.swa_order
+            new_node.swa_order = (epoch, rank - 1)
+
+    def insert_mru(self, node: TreeNode) -> None:
+        super().insert_mru(node)
+        self.classes.place(node, COLD)
+
+    def remove_node(self, node: TreeNode) -> None:
+        super().remove_node(node)
+        self.classes.drop(node)
+
+
+class EvictionClasses:
+    """Live nodes of the SWA LRU list filed by eviction class, each class in list order.
+
+    Entries are ``(swa_order, node.id, version, weakref(node))``; a node's ``evict_class`` and
+    ``evict_version`` say which entry is current. Moving in the list changes only
+    ``swa_order`` (O(1)); an entry whose order is stale is re-filed when it reaches the top of its
+    heap. Holds no strong reference to a node.
+    """
+
+    def __init__(self):
+        self._heaps: List[list] = [[] for _ in CLASSES]
+        self._size = [0 for _ in CLASSES]
+
+    def place(self, node: TreeNode, cls: int) -> None:
+        """File ``node`` under ``cls`` (replacing its previous class, if any)."""
+        old = getattr(node, "evict_class", None)
+        if old is not None:
+            self._size[old] -= 1
+        version = getattr(node, "evict_version", 0) + 1
+        node.evict_version = version
+        node.evict_class = cls
+        self._size[cls] += 1
+        heap = self._heaps[cls]
+        heapq.heappush(heap, (node.swa_order, node.id, version, weakref.ref(node)))
+        if len(heap) > 2 * self._size[cls] + 64:
+            self._compact(cls)
+
+    def drop(self, node: TreeNode) -> None:
+        """``node`` has no class any more (left the list, or is SWA-locked)."""
+        old = getattr(node, "evict_class", None)
+        if old is None:
+            return
+        self._size[old] -= 1
+        node.evict_class = None
+        node.evict_version += 1
+
+    def size(self, cls: int) -> int:
+        return self._size[cls]
+
+    def walk(self, classes: Sequence[int]) -> Iterator[TreeNode]:
+        """Nodes of ``classes`` in list order, least recently used first, as the list is while
+        the walk runs (what upstream's walk from ``get_lru_no_lock`` meets of them): a node that
+        enters one of the classes ahead of the walk (moved to the most recently used end, split,
+        or uncovered) is met; one behind it is not, and keeps its class. Each node is met at most
+        once; the caller files it again (``place``) or removes it (``drop``, eviction). Close the
+        walk (``close()``) when done: that re-files what it passed over.
+        """
+        heaps = [self._heaps[c] for c in classes]
+        passed = []  # current entries behind the cursor: not met in this walk
+        cursor = None
+        try:
+            while True:
+                best = None
+                for heap in heaps:
+                    top = self._valid_top(heap)
+                    if top is not None and (best is None or top < best[0]):
+                        best = (top, heap)
+                if best is None:
+                    return
+                entry, heap = best
+                heapq.heappop(heap)
+                if cursor is not None and entry[:2] <= cursor:
+                    passed.append((heap, entry))
+                    continue
+                cursor = entry[:2]
+                yield entry[3]()
+        finally:
+            for heap, entry in passed:
+                node = entry[3]()
+                if node is not None and node.evict_version == entry[2]:
+                    heapq.heappush(heap, entry)
+
+    @staticmethod
+    def _valid_top(heap: list) -> Optional[Tuple]:
+        """The heap's first current entry, re-filing moved nodes and dropping stale entries."""
+        while heap:
+            order, node_id, version, ref = heap[0]
+            node = ref()
+            if node is None or node.evict_version != version:
+                heapq.heappop(heap)
+            elif node.swa_order != order:
+                heapq.heapreplace(heap, (node.swa_order, node_id, version, ref))
+            else:
+                return heap[0]
+        return None
+
+    def _compact(self, cls: int) -> None:
+        """Drop stale entries of ``cls`` (amortized over the places that made them stale)."""
+        live = []
+        for entry in self._heaps[cls]:
+            node = entry[3]()
+            if node is not None and node.evict_version == entry[2]:
+                live.append((node.swa_order,) + entry[1:])
+        heapq.heapify(live)
+        self._heaps[cls] = live
+
+    def check(self, in_list: Callable[[TreeNode], bool]) -> None:
+        """Sanity check: every filed node is in the list and has exactly one current entry."""
+        seen: Dict[int, int] = {}
+        for cls, heap in enumerate(self._heaps):
+            for _, node_id, version, ref in heap:
+                node = ref()
+                if node is not None and node.evict_version == version:
+                    assert node.evict_class == cls, (node_id, node.evict_class, cls)
+                    assert in_list(node), f"filed node {node_id} is not in the SWA LRU list"
+                    seen[node_id] = seen.get(node_id, 0) + 1
+        assert all(v == 1 for v in seen.values()), "a node has two current entries"
+        assert len(seen) == sum(self._size), (len(seen), self._size)
+
+
+class QueuedHits:
+    """Queued hits: the match end each waiting request would hit, by request (weakly: a request
+    dropped from the queue drops its entry), in arrival order; an update keeps the request's
+    place. ``node in hits.nodes`` and ``len(hits.nodes)`` (distinct match ends, the root left
+    out) cost O(1); ``on_released(node)`` runs when no queued request hits ``node`` any more.
+
+    Entries of requests that were garbage-collected leave at the next :meth:`reap` (each update
+    and :meth:`reap` itself), so the set a caller reads does not change under it.
+    """
+
+    def __init__(self, root: TreeNode, on_released: Callable[[TreeNode], None]):
+        self._root = root
+        self._on_released = on_released
+        self._hit: Dict[weakref.ref, TreeNode] = {}
+        self._count: Dict[TreeNode, int] = {}
+        self._gone: List[weakref.ref] = []
+        self.nodes = _HitNodes(self._count, root)
+
+    # mapping of request -> match end, in arrival order
+    def __getitem__(self, req: "Req") -> TreeNode:
+        return self._hit[weakref.ref(req)]
+
+    def __contains__(self, req: "Req") -> bool:
+        return weakref.ref(req) in self._hit
+
+    def __len__(self) -> int:
+        return sum(1 for ref in self._hit if ref() is not None)
+
+    def __iter__(self) -> Iterator["Req"]:
+        return (req for req in (ref() for ref in list(self._hit)) if req is not None)
+
+    def values(self) -> List[TreeNode]:
+        return [node for ref, node in self._hit.items() if ref() is not None]
+
+    def set(self, req: "Req", node: TreeNode) -> None:
+        self.reap()
+        key = weakref.ref(req)
+        old = self._hit.get(key)
+        if old is None:
+            key = weakref.ref(req, self._gone.append)
+        self._hit[key] = node
+        if old is node:
+            return
+        self._count[node] = self._count.get(node, 0) + 1
+        if old is not None:
+            self._release(old)
+
+    def drop(self, req: "Req") -> None:
+        self.reap()
+        node = self._hit.pop(weakref.ref(req), None)
+        if node is not None:
+            self._release(node)
+
+    def reap(self) -> None:
+        """Forget requests that were garbage-collected while queued."""
+        while self._gone:
+            node = self._hit.pop(self._gone.pop(), None)
+            if node is not None:
+                self._release(node)
+
+    def in_order(self) -> List[TreeNode]:
+        """Distinct match ends in arrival order of their first request, the root left out."""
+        return [n for n in dict.fromkeys(self._hit.values()) if n is not self._root]
+
+    def _release(self, node: TreeNode) -> None:
+        left = self._count[node] - 1
+        if left:
+            self._count[node] = left
+            return
+        del self._count[node]
+        if node is not self._root:
+            self._on_released(node)
+
+
+class _HitNodes:
+    """Read-only view: the match ends of queued hits (the root left out)."""
+
+    __slots__ = ("_count", "_root")
+
+    def __init__(self, count: Dict[TreeNode, int], root: TreeNode):
+        self._count = count
+        self._root = root
+
+    def __contains__(self, node: TreeNode) -> bool:
+        return node in self._count and node is not self._root
+
+    def __len__(self) -> int:
+        return len(self._count) - (self._root in self._count)
+
+    def __iter__(self) -> Iterator[TreeNode]:
+        return (n for n in self._count if n is not self._root)
