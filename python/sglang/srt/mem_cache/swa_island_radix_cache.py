@@ -248,9 +248,11 @@ class SWAIslandRadixCache(SWARadixCache):
         # commit, the same by node and by the child key of the request's next page after it
         # (the edge it would continue on)
         self._queued_hits = QueuedHits(self.root_node, self._unverify_above)
-        self._queued_at: "weakref.WeakKeyDictionary[TreeNode, Dict[object, weakref.WeakSet]]" = (
-            weakref.WeakKeyDictionary()
-        )
+        # (requests by edge in arrival order: a weak set would iterate in address order, and the
+        # refresh below must run the same on every rank and every run)
+        self._queued_at: (
+            "weakref.WeakKeyDictionary[TreeNode, Dict[object, weakref.WeakKeyDictionary[Req, None]]]"
+        ) = weakref.WeakKeyDictionary()
         self._queued_edge: "weakref.WeakKeyDictionary[Req, tuple]" = weakref.WeakKeyDictionary()
 
     # ---- locks --------------------------------------------------------------------------------
@@ -321,7 +323,8 @@ class SWAIslandRadixCache(SWARadixCache):
         nxt = token_ids[hit : hit + self.page_size + (1 if self.is_eagle else 0)]
         if len(nxt) >= self.page_size + (1 if self.is_eagle else 0):
             edge = RadixKey(nxt, req.extra_key, is_bigram=self.is_eagle).child_key(self.page_size)
-            self._queued_at.setdefault(node, {}).setdefault(edge, weakref.WeakSet()).add(req)
+            by_edge = self._queued_at.setdefault(node, {})
+            by_edge.setdefault(edge, weakref.WeakKeyDictionary())[req] = None
             self._queued_edge[req] = (node, edge)
 
     def _drop_queued(self, req: Req) -> None:
@@ -332,7 +335,7 @@ class SWAIslandRadixCache(SWARadixCache):
         node, edge = self._queued_edge.pop(req, (None, None))
         by_edge = self._queued_at.get(node) if node is not None else None
         if by_edge is not None and edge in by_edge:
-            by_edge[edge].discard(req)
+            by_edge[edge].pop(req, None)
             if not by_edge[edge]:
                 del by_edge[edge]
             if not by_edge:
