@@ -781,6 +781,9 @@ class SWAIslandRadixCache(SWARadixCache):
                 full, swa = self._evict_swa_node(head)
                 full_evicted += full
                 swa_evicted += swa
+                if head is not x:
+                    # x kept the window at its end: file it now, while its cover is at hand
+                    self._classes.place(x, self._protection(x))
                 if swa_evicted >= swa_num_tokens:
                     break
         finally:
