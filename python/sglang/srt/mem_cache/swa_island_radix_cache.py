@@ -421,12 +421,9 @@ class SWAIslandRadixCache(SWARadixCache):
         SWA up to ``swa_evicted_seqlen``, or pressure may have tombstoned the previous island.
         """
         committed = req.kv_committed_len
-        token_ids = (req.origin_input_ids + req.output_ids)[:committed]
-        key_len = len(
-            RadixKey(token_ids, req.extra_key, is_bigram=self.is_eagle).page_aligned(
-                self.page_size
-            )
-        )
+        # the page-aligned key of the committed tokens (a bigram key has one entry fewer),
+        # computed without building it: a due island that cannot be laid yet is retried every step
+        key_len = max(0, committed - (1 if self.is_eagle else 0)) // self.page_size * self.page_size
         if key_len <= req.cache_protected_len:
             return False
         frontier = swa_tombstone_frontier(committed, self.window, self.page_size)
@@ -435,6 +432,7 @@ class SWAIslandRadixCache(SWARadixCache):
             island_start = max(island_start, self._live_run_start(req))
         if key_len - island_start < self.sliding_window_size:
             return False
+        token_ids = (req.origin_input_ids + req.output_ids)[:committed]
         self._commit_prefix(
             req,
             token_ids,
