@@ -51,6 +51,9 @@ Reclaim of the SWA below a new island (``--swa-islands-reclaim``):
   like any evictable SWA); ``evict`` frees cold tokens first (nodes in least recently used order,
   a node with a window tail split first), then retention windows the same way, then the other
   windows but queued hits', then queued hits' (:meth:`SWAIslandRadixCache.eviction_passes`).
+  Each pass meets only the nodes of its eviction classes, indexes kept in LRU order as marks,
+  locks and liveness change (``swa_island_eviction.py``): an eviction costs the nodes it frees or
+  splits and those a change since the last one may have uncovered, not the windows it keeps.
 - ``eager``: the cold tokens on the request's path below ``t`` are tombstoned at the insert, but
   queued hits' windows. They are the most recently used cold tokens, the ones a sibling arriving
   later (an edit of the same conversation, the next question on the same document) would hit.
@@ -250,9 +253,7 @@ class SWAIslandRadixCache(SWARadixCache):
         self._queued_hits = QueuedHits(self.root_node, self._unverify_above)
         # (requests by edge in arrival order: a weak set would iterate in address order, and the
         # refresh below must run the same on every rank and every run)
-        self._queued_at: (
-            "weakref.WeakKeyDictionary[TreeNode, Dict[object, weakref.WeakKeyDictionary[Req, None]]]"
-        ) = weakref.WeakKeyDictionary()
+        self._queued_at: "weakref.WeakKeyDictionary[TreeNode, Dict]" = weakref.WeakKeyDictionary()
         self._queued_edge: "weakref.WeakKeyDictionary[Req, tuple]" = weakref.WeakKeyDictionary()
 
     # ---- locks --------------------------------------------------------------------------------
