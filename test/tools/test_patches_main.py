@@ -5,6 +5,9 @@
 - ``apply --series islands`` installs the series and our modules idempotently, ``--series stock``
   takes them away again, ``revert`` restores the release, and a file someone else changed is
   refused, changing nothing;
+- each stand-alone fix's regression test (``upstream-tests-main/<series>/``, upstream's layout)
+  fails on the pristine release and passes with its patch, run by ``.venv-main``'s interpreter
+  on a copy of the wheel's package;
 - the islands environment (``.venv-main-islands``, ``scripts/setup_main.sh --islands``) holds this
   checkout's islands series, and the stock one (``.venv-main``) only ``series-stock``.
 
@@ -20,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -28,6 +32,9 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "patches_main.py"
 MAIN_PY = REPO / ".venv-main" / "bin" / "python"
 ISLANDS_PY = REPO / ".venv-main-islands" / "bin" / "python"
+UPSTREAM_TESTS = REPO / "upstream-tests-main"
+# Each stand-alone fix of the islands series and the directory of its regression test.
+FIXES = {"fix-input-ids-vocab": "0002-tokenizer-manager-refuse-input-ids-outside-the-vocab.patch"}
 
 
 def _load():
@@ -160,6 +167,46 @@ def test_apply_requires_a_series():
     assert r.returncode == 2 and "--series" in r.stderr
 
 
+# ---- the stand-alone fixes' regression tests, on the pristine release and with their fix -----
+
+@pytest.fixture(scope="module")
+def pristine_package(tmp_path_factory):
+    """The wheel's whole sglang package (a copy shadows the installed one on PYTHONPATH)."""
+    root = tmp_path_factory.mktemp("pristine-0.5.23")
+    with zipfile.ZipFile(WHEEL) as z:
+        z.extractall(root, [n for n in z.namelist() if n.startswith("sglang/")])
+    return root
+
+
+def _run_upstream_test(series: str, python_root: Path, tmp_path: Path):
+    tests = sorted((UPSTREAM_TESTS / series).rglob("test_*.py"))
+    assert tests, f"no regression test under {UPSTREAM_TESTS / series}"
+    work = tmp_path / "checkout"
+    shutil.copytree(UPSTREAM_TESTS / series / "test", work / "test")
+    env = dict(os.environ, PYTHONPATH=str(python_root), SGLANG_USE_CPU_ENGINE="1",
+               OMP_NUM_THREADS="2")
+    return subprocess.run([str(MAIN_PY), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           *[str(work / t.relative_to(UPSTREAM_TESTS / series)) for t in tests]],
+                          capture_output=True, text=True, timeout=600, cwd=str(work), env=env)
+
+
+@pytest.mark.skipif(not MAIN_PY.exists(), reason=".venv-main does not exist (scripts/setup_main.sh)")
+@pytest.mark.parametrize("series", sorted(FIXES))
+def test_fix_regression_test_fails_on_pristine_and_passes_with_the_fix(
+        series, pristine_package, tmp_path):
+    patch = PM.PATCHES / FIXES[series]
+    assert patch.name in [p.name for p in PM.series("islands")]
+    bad = _run_upstream_test(series, pristine_package, tmp_path / "pristine")
+    assert bad.returncode == 1 and " failed" in bad.stdout, bad.stdout[-3000:] + bad.stderr[-2000:]
+
+    fixed = tmp_path / "fixed"
+    shutil.copytree(pristine_package / "sglang", fixed / "python" / "sglang")
+    r = subprocess.run(["git", "apply", str(patch)], cwd=str(fixed), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    good = _run_upstream_test(series, fixed / "python", tmp_path / "fixed-run")
+    assert good.returncode == 0, good.stdout[-3000:] + good.stderr[-2000:]
+
+
 # ---- what the environments hold ------------------------------------------------------------
 
 def _installed_manifest(python: Path) -> dict:
@@ -188,3 +235,45 @@ def test_stock_environment_holds_only_the_stock_series():
     assert manifest["patches"] == [p.name for p in PM.series("stock")]
     assert not manifest.get("overlay_files")
     assert not (pkg / "srt" / "mem_cache" / "swa_island_formulas.py").exists()
+
+
+# ---- the islands environment on the CPU server ---------------------------------------------
+
+def _post(base: str, ids, max_new: int = 4):
+    import urllib.error
+    import urllib.request
+
+    body = json.dumps({"input_ids": ids,
+                       "sampling_params": {"max_new_tokens": max_new, "temperature": 0}}).encode()
+    req = urllib.request.Request(base + "/generate", data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+@pytest.mark.server
+@pytest.mark.skipif(not ISLANDS_PY.exists(),
+                    reason=".venv-main-islands does not exist (scripts/setup_main.sh --islands)")
+def test_islands_environment_answers_out_of_vocab_input_ids_with_a_400_and_keeps_serving():
+    """Stock 0.5.23 dies on such a request (the scheduler's IndexError in the embedding takes the
+    server down); with the main series it is a 400 and the server keeps answering."""
+    sys.path.insert(0, str(REPO))
+    from islands_harness.e2e_workload import SERVER_ARGS, WINDOW
+    from islands_harness.server import SglangServer
+    from islands_harness.tiny_model import build_tiny_model
+
+    path = build_tiny_model(window=WINDOW)
+    vocab = json.loads((path / "config.json").read_text())["vocab_size"]
+    with SglangServer(path, SERVER_ARGS, python=str(ISLANDS_PY), boot_timeout_s=300) as srv:
+        status, before = _post(srv.base_url, [5, 6, 7, 8])
+        assert status == 200, before
+        for ids, bad in (([5, 6, vocab, 8], vocab), ([5, -1, 7], -1)):
+            status, body = _post(srv.base_url, ids)
+            assert status == 400, (status, body)
+            assert f"out-of-vocabulary token id {bad}; valid range is [0, {vocab})" in body, body
+        status, after = _post(srv.base_url, [5, 6, 7, 8])
+        assert status == 200 and after["output_ids"] == before["output_ids"], after
+        assert srv.proc.poll() is None
