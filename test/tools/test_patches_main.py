@@ -237,6 +237,54 @@ def test_stock_environment_holds_only_the_stock_series():
     assert not (pkg / "srt" / "mem_cache" / "swa_island_formulas.py").exists()
 
 
+# ---- the islands series' own tests, and its flag on the launcher --------------------------
+
+@pytest.mark.skipif(not ISLANDS_PY.exists(),
+                    reason=".venv-main-islands does not exist (scripts/setup_main.sh --islands)")
+def test_islands_series_upstream_tests_pass_in_the_islands_environment(tmp_path):
+    """upstream-tests-main/swa-islands/ (upstream's layout) on the installed islands series."""
+    src = UPSTREAM_TESTS / "swa-islands" / "test"
+    tests = sorted(src.rglob("test_*.py"))
+    assert tests
+    shutil.copytree(src, tmp_path / "test")
+    env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", OMP_NUM_THREADS="2")
+    env.pop("PYTHONPATH", None)
+    r = subprocess.run([str(ISLANDS_PY), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        *[str(tmp_path / "test" / t.relative_to(src)) for t in tests]],
+                       capture_output=True, text=True, timeout=600, cwd=str(tmp_path), env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def _launch(python: Path, *argv):
+    sys.path.insert(0, str(REPO))
+    from islands_harness.e2e_workload import WINDOW
+    from islands_harness.tiny_model import build_tiny_model
+
+    env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", OMP_NUM_THREADS="2")
+    env.pop("PYTHONPATH", None)
+    return subprocess.run([str(python), "-m", "sglang.launch_server", "--model-path",
+                           str(build_tiny_model(window=WINDOW)), "--device", "cpu",
+                           "--attention-backend", "torch_native", *argv],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.skipif(not ISLANDS_PY.exists(),
+                    reason=".venv-main-islands does not exist (scripts/setup_main.sh --islands)")
+def test_launcher_refuses_an_uncovered_combination_before_loading_the_model():
+    r = _launch(ISLANDS_PY, "--enable-swa-islands", "--disable-radix-cache")
+    assert r.returncode != 0
+    assert ("--enable-swa-islands cannot be used here: --disable-radix-cache builds a cache "
+            "without a radix tree") in r.stderr, r.stderr[-3000:]
+    assert "Load weight" not in r.stderr + r.stdout
+
+
+@pytest.mark.skipif(not MAIN_PY.exists(), reason=".venv-main does not exist (scripts/setup_main.sh)")
+def test_stock_arm_does_not_know_the_flag():
+    r = _launch(MAIN_PY, "--enable-swa-islands")
+    assert r.returncode == 2 and "unrecognized arguments: --enable-swa-islands" in r.stderr, (
+        r.stderr[-3000:])
+
+
 # ---- the islands environment on the CPU server ---------------------------------------------
 
 def _post(base: str, ids, max_new: int = 4):
