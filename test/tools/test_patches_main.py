@@ -167,6 +167,21 @@ def test_apply_requires_a_series():
     assert r.returncode == 2 and "--series" in r.stderr
 
 
+def test_install_islands_installs_the_main_series_into_an_existing_0_5_23(tmp_path, upstream):
+    """scripts/install_islands.sh reads the release of PYTHON's sglang and applies its series."""
+    site = minimal_site(tmp_path, upstream)
+    (site / "sglang" / "__init__.py").write_bytes(b"")  # a regular package shadows the venv's
+    env = dict(os.environ, PYTHONPATH=str(site))
+    for changed in ("", "0 file(s) changed"):
+        r = subprocess.run(["bash", str(REPO / "scripts" / "install_islands.sh"), sys.executable],
+                           capture_output=True, text=True, timeout=600, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert changed in r.stdout and "islands series" in r.stdout.splitlines()[-1], r.stdout
+    manifest = json.loads((site / "sglang" / PM.MANIFEST_NAME).read_text())
+    assert manifest["series"] == "islands"
+    assert manifest["patches"] == [p.name for p in PM.series("islands")]
+
+
 # ---- the stand-alone fixes' regression tests, on the pristine release and with their fix -----
 
 @pytest.fixture(scope="module")
