@@ -34,7 +34,8 @@ MAIN_PY = REPO / ".venv-main" / "bin" / "python"
 ISLANDS_PY = REPO / ".venv-main-islands" / "bin" / "python"
 UPSTREAM_TESTS = REPO / "upstream-tests-main"
 # Each stand-alone fix of the islands series and the directory of its regression test.
-FIXES = {"fix-input-ids-vocab": "0002-tokenizer-manager-refuse-input-ids-outside-the-vocab.patch"}
+FIXES = {"fix-input-ids-vocab": "0002-tokenizer-manager-refuse-input-ids-outside-the-vocab.patch",
+         "fix-torch-native-swa-read": "0001-harness-only-torch-native-translate-swa-kv-reads.patch"}
 
 
 def _load():
