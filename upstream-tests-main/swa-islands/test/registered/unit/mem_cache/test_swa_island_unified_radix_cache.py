@@ -3,16 +3,12 @@ CacheInitParams, its SWA pool checked against the island floor at construction, 
 swa_island_guard where the model rules islands out, and, until the island steps land, answering
 inserts and matches exactly as UnifiedRadixCache does."""
 
-import dataclasses
 import unittest
 from array import array
 
 import torch
 
-from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
-from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
-from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+from sglang.srt.mem_cache.base_prefix_cache import InsertParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.swa_island_formulas import (
     DEFAULT_DECODE_ISLAND_INTERVAL,
@@ -21,45 +17,13 @@ from sglang.srt.mem_cache.swa_island_formulas import (
 )
 from sglang.srt.mem_cache.swa_island_guard import check_swa_islands_cache
 from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
-from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
-from sglang.srt.mem_cache.unified_cache.components import ComponentType
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
-from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 from sglang.test.ci.ci_register import register_cpu_ci
+from swa_islands_stack import KV_SIZE, WINDOW_LEFT, build_params, match_prefix  # beside this file
 
 register_cpu_ci(est_time=20, suite="base-a-test-cpu")
 
-WINDOW_LEFT = 31  # the tree's sliding_window_size; the window w is 32 tokens
 CHUNK = 64
-KV_SIZE = 256  # tokens in each of the full and the SWA pool
-LAYERS, FULL_LAYERS = 4, (3,)
-
-
-def build_params(*, max_num_reqs=10, **fields) -> CacheInitParams:
-    """A hybrid SWA stack on CPU, as build_kv_cache makes it (page 1, fp32, 4 layers, the last
-    one full attention), and the CacheInitParams of its tree cache."""
-    set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=1))
-    kv_pool = SWAKVPool(
-        size=KV_SIZE, size_swa=KV_SIZE, page_size=1, dtype=torch.float32, head_num=2,
-        head_dim=16, swa_attention_layer_ids=[i for i in range(LAYERS) if i not in FULL_LAYERS],
-        full_attention_layer_ids=list(FULL_LAYERS), device="cpu",
-    )
-    allocator = SWATokenToKVPoolAllocator(
-        size=KV_SIZE, size_swa=KV_SIZE, page_size=1, dtype=torch.float32, device="cpu",
-        kvcache=kv_pool, need_sort=False,
-    )
-    pool = ReqToTokenPool(size=max_num_reqs, max_context_len=512, device="cpu",
-                          enable_memory_saver=False)
-    params = CacheInitParams(
-        disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=allocator,
-        page_size=1, sliding_window_size=WINDOW_LEFT,
-        tree_components=(ComponentType.FULL, ComponentType.SWA),
-    )
-    return dataclasses.replace(params, **fields)
-
-
-def match_prefix(cache, tokens):
-    return cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens))))
 
 
 class _IslandCacheSuite:
