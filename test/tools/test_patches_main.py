@@ -168,6 +168,28 @@ def test_apply_requires_a_series():
     assert r.returncode == 2 and "--series" in r.stderr
 
 
+def test_patches_py_target_0_5_23_drives_the_main_series(tmp_path, upstream):
+    """scripts/patches.py --target 0.5.23 check/apply/status/revert work on patches-main/series;
+    the subcommands the main target lacks say so."""
+    site = minimal_site(tmp_path, upstream)
+    patches_py = REPO / "scripts" / "patches.py"
+
+    def pp(*args):
+        return subprocess.run([sys.executable, str(patches_py), "--target", "0.5.23", *map(str, args)],
+                              capture_output=True, text=True, timeout=600, cwd=str(REPO))
+
+    assert "islands series" in pp("check").stdout
+    r = pp("apply", "--site-packages", site)
+    assert r.returncode == 0 and "islands series" in r.stdout, r.stdout + r.stderr
+    manifest = json.loads((site / "sglang" / PM.MANIFEST_NAME).read_text())
+    assert manifest["patches"] == [p.name for p in PM.series("islands")]
+    assert "islands series" in pp("status", "--site-packages", site).stdout
+    assert pp("revert", "--site-packages", site).returncode == 0
+    assert not (site / "sglang" / PM.MANIFEST_NAME).exists()
+    r = pp("export", tmp_path / "out")
+    assert r.returncode == 1 and "export does not support --target 0.5.23 yet" in r.stderr
+
+
 def test_install_islands_installs_the_main_series_into_an_existing_0_5_23(tmp_path, upstream):
     """scripts/install_islands.sh reads the release of PYTHON's sglang and applies its series."""
     site = minimal_site(tmp_path, upstream)
