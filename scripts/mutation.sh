@@ -58,6 +58,7 @@ MODULE_GLOB="python/sglang/srt/mem_cache/swa_island_*.py"
 # Per module, the tests that exercise it most directly go first: same tests, same kills, but -x
 # stops at the first failure sooner. Key: the module's file stem.
 declare -A FIRST_TESTS=(
+  [swa_island_formulas]="test/engine/test_island_formulas.py test/engine/test_guard.py"
   [swa_island_guard]="test/engine/test_guard.py test/engine/test_island_formulas.py"
   [swa_island_radix_cache]="test/engine/test_island_formulas.py test/engine/test_chunk_islands.py test/engine/test_decode_islands.py test/engine/test_prefix_reuse.py"
 )

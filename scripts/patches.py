@@ -460,7 +460,13 @@ def _add_site_packages_option(p: argparse.ArgumentParser) -> None:
 
 
 def _add_location_options(ap: argparse.ArgumentParser) -> None:
-    """The options every subcommand shares: where the series, our modules and the wheel live."""
+    """The options every subcommand shares: the target release, where the series, our modules
+    and the wheel live."""
+    ap.add_argument(
+        "--target", default=SGLANG_VERSION, choices=[SGLANG_VERSION, "0.5.23"],
+        help="the release whose series to work on (default: %(default)s); 0.5.23 is upstream "
+        "main's islands series, patches-main/series (fetch, check, apply, status, revert)",
+    )
     ap.add_argument(
         "--patches-dir", default=str(DEFAULT_PATCHES), metavar="DIR",
         help="directory holding 'series' and the *.patch files (default: %(default)s)",
@@ -577,9 +583,30 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+MAIN_TARGET = "0.5.23"
+
+
+def run_main_target(args) -> int:
+    """``--target 0.5.23``: the same subcommands on the 0.5.23 target's islands series
+    (patches-main/series, scripts/patches_main.py). Not there yet: worktree, refresh, export."""
+    import patches_main
+
+    if args.cmd in ("worktree", "refresh", "export"):
+        raise PatchesError(f"{args.cmd} does not support --target {MAIN_TARGET} yet "
+                           "(docs/MAIN_DESIGN.md); edit patches-main/ by hand and run check")
+    argv = [args.cmd]
+    if args.cmd == "apply":
+        argv += ["--series", "islands"]
+    if getattr(args, "site_packages", None):
+        argv += ["--site-packages", args.site_packages]
+    return patches_main.main(argv)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.target == MAIN_TARGET:
+            return run_main_target(args)
         return args.func(args)
     except PatchesError as e:
         print(f"patches.py: error: {e}", file=sys.stderr)

@@ -166,8 +166,8 @@ def open_upstream(args) -> Upstream:
 # series and patches
 
 
-def read_series(patches_dir: Path) -> List[Path]:
-    series = patches_dir / "series"
+def read_series(patches_dir: Path, name: str = "series") -> List[Path]:
+    series = patches_dir / name
     if not series.is_file():
         raise PatchesError(f"no series file: {series}")
     out: List[Path] = []

@@ -16,6 +16,12 @@ PY="${VENV:-$ROOT/.venv}/bin/python"
 
 # Our modules are copied into the venv: refresh them (and the patch series) before testing.
 "$PY" scripts/patches.py apply >/dev/null || { echo "test.sh: error: scripts/patches.py apply failed" >&2; exit 1; }
+# Likewise the 0.5.23 islands environment, where it was built (scripts/setup_main.sh --islands).
+ISLANDS_PY="$ROOT/.venv-main-islands/bin/python"
+if [ -x "$ISLANDS_PY" ]; then
+  "$ISLANDS_PY" scripts/patches_main.py apply --series islands >/dev/null \
+    || { echo "test.sh: error: scripts/patches_main.py apply --series islands failed" >&2; exit 1; }
+fi
 
 targets=()
 while [ $# -gt 0 ] && { [ "$1" = test ] || [[ "$1" == test/* ]]; }; do

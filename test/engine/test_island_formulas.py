@@ -139,3 +139,26 @@ def test_reclaim_watermark_is_one_chunk_rounded_up_to_a_page():
     assert reclaim_watermark(500, 16) == 512
     assert reclaim_watermark(None, 1) == DEFAULT_DECODE_ISLAND_INTERVAL
     assert reclaim_watermark(0, 64) == DEFAULT_DECODE_ISLAND_INTERVAL
+
+
+def test_formulas_are_defined_once_for_both_targets():
+    """The cache and the guard re-export the shared module's functions (the 0.5.23 target imports
+    the same module), and that module needs nothing beyond the standard library."""
+    import ast
+    import sys
+
+    from sglang.srt.mem_cache import swa_island_formulas as formulas
+    from sglang.srt.mem_cache import swa_island_guard as guard
+    from sglang.srt.mem_cache import swa_island_radix_cache as cache
+
+    for name in ("swa_tombstone_frontier", "decode_island_interval", "decode_island_due",
+                 "island_out_of_window", "reclaim_watermark", "RECLAIM_POLICIES",
+                 "DEFAULT_DECODE_ISLAND_INTERVAL"):
+        assert getattr(cache, name) is getattr(formulas, name), name
+    for name in ("swa_pool_tokens", "island_floor", "island_capacity", "hold_without_islands",
+                 "admission_bind", "ratio_for_swa_pool", "RATIO_STEP"):
+        assert getattr(guard, name) is getattr(formulas, name), name
+    tree = ast.parse(open(formulas.__file__).read())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported

@@ -6,8 +6,9 @@ imports at module load on CPU (the registry's sglang-kernel wheel is CUDA-only).
   upstream Triton kernel it stands for, run by Triton's interpreter inside ``.venv-main``;
 - the speculative-only placeholders fail loudly;
 - the stand-in is on ``.venv-main``'s path and not on ``.venv``'s;
-- the harness-only series patches-main/ applies to the pristine 0.5.23 wheel and is what is
-  installed in ``.venv-main`` (scripts/patches_main.py);
+- the harness-only series patches-main/series-stock applies to the pristine 0.5.23 wheel and is
+  what is installed in ``.venv-main`` (scripts/patches_main.py; the islands series and its
+  environment are test_patches_main.py's);
 - (``server``) the tiny model boots on ``.venv-main`` and its temperature-0 outputs on the e2e
   workload (test_server_e2e's 34 requests, ``islands_harness.e2e_workload``) equal transformers'
   greedy decoding (``scripts/main_smoke.py --e2e``).
@@ -228,7 +229,7 @@ def test_patches_main_applies_and_is_installed():
                          capture_output=True, text=True, timeout=300, env=_main_env(), cwd=str(REPO))
     assert out.returncode == 0, out.stdout + out.stderr
     series = [ln.split("#", 1)[0].strip()
-              for ln in (REPO / "patches-main" / "series").read_text().splitlines()]
+              for ln in (REPO / "patches-main" / "series-stock").read_text().splitlines()]
     series = [n for n in series if n]
     pkg = next((REPO / ".venv-main").glob("lib/python*/site-packages/sglang"))
     manifest = json.loads((pkg / ".islands_harness_main_patches.json").read_text())

@@ -24,21 +24,26 @@ Islands run only on a cache that is exactly ``SWAIslandRadixCache`` built in pla
 also answer without having an island path. A check that refuses raises ``ValueError`` with the
 reason and the way out.
 
-Pool formulas, in tokens. ``w`` is the model's sliding window (the tree's
-``sliding_window_size + 1``), ``p`` the page size, ``cp`` the chunked-prefill size, ``T`` the
-full pool (the token index space) and ``r`` the SWA/full ratio; the SWA pool is
-``floor_p(int(T * r))``.
-
-- hold: SWA tokens one running request keeps away from admission;
-- island floor: SWA tokens ``N`` running requests need with islands;
-- admission bind: running requests an SWA pool admits at a given hold.
+The pool formulas (hold, island floor, admission bind, the ratio for a pool) are defined in
+``swa_island_formulas``, shared with the 0.5.23 target, and re-exported here.
 
 This module imports only the standard library at import time.
 """
 
 import logging
-import math
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
+
+from sglang.srt.mem_cache.swa_island_formulas import (  # noqa: F401  (re-exported)
+    RATIO_STEP,
+    _ceil_page,
+    _require_int,
+    admission_bind,
+    hold_without_islands,
+    island_capacity,
+    island_floor,
+    ratio_for_swa_pool,
+    swa_pool_tokens,
+)
 
 if TYPE_CHECKING:
     from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache
@@ -47,129 +52,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FLAG = "--enable-swa-islands"
-
-# Suggested ratios are multiples of this step.
-RATIO_STEP = 0.01
-
-
-def _require_int(name: str, value, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
-
-
-def _ceil_page(x: int, page: int) -> int:
-    return -(-x // page) * page
-
-
-def swa_pool_tokens(full_tokens: int, ratio: float, page: int) -> int:
-    """SWA pool of a ``full_tokens``-token index space: ``floor_p(int(T * r))`` tokens.
-
-    Same float expression as ``HybridSWAPoolConfigurator``.
-    Example: T = 1,030,912, r = 0.17, p = 64: int(175,255.04) = 175,255 -> 175,232.
-    """
-    _require_int("full_tokens", full_tokens, 0)
-    _require_int("page", page, 1)
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
-        raise ValueError(f"ratio must be in (0, 1], got {ratio!r}")
-    return (int(full_tokens * ratio) // page) * page
-
-
-def island_floor(
-    n_running: int,
-    window: int,
-    page: int,
-    chunk: int,
-    *,
-    chunks_in_flight: int = 1,
-    decode_tail: int = 0,
-) -> int:
-    """SWA tokens ``N`` running requests need with islands: ``k*cp + N*(w + p + tail)``.
-
-    Each request keeps one live island of at most ``w + p`` tokens (the window, plus up to one
-    page of alignment) and at most ``tail`` request-owned decode tokens between two frees; the
-    ``k`` prefill chunks in flight are not committed yet and count whole.
-    Example: w = 1024, p = 64, cp = 16384, N = 48: 16384 + 48 * 1088 = 68,608.
-    """
-    _require_int("n_running", n_running, 0)
-    _require_int("window", window, 1)
-    _require_int("page", page, 1)
-    _require_int("chunk", chunk, 1)
-    _require_int("chunks_in_flight", chunks_in_flight, 0)
-    _require_int("decode_tail", decode_tail, 0)
-    return chunks_in_flight * chunk + n_running * (window + page + decode_tail)
-
-
-def island_capacity(
-    swa_pool: int,
-    window: int,
-    page: int,
-    chunk: int,
-    *,
-    chunks_in_flight: int = 1,
-    decode_tail: int = 0,
-) -> int:
-    """Most running requests whose island floor fits ``swa_pool`` tokens (inverts ``island_floor``).
-
-    Example: (175,232 - 16,384) // 1,088 = 146.
-    """
-    _require_int("swa_pool", swa_pool, 0)
-    fixed = island_floor(
-        0, window, page, chunk, chunks_in_flight=chunks_in_flight, decode_tail=decode_tail
-    )
-    return max(0, (swa_pool - fixed) // (window + page + decode_tail))
-
-
-def hold_without_islands(
-    window: int, page: int, chunk: int, *, worst_case: bool = False
-) -> int:
-    """SWA tokens one running request locks in ``SWARadixCache``: ``ceil_p(cp)``.
-
-    Every chunk commit inserts the chunk as one leaf and ``inc_lock_ref`` locks whole nodes up to
-    at least the window, so the last chunk's leaf stays locked until the request finishes.
-    ``worst_case`` gives ``ceil_p(cp + w)``: a last leaf shorter than the window also locks the
-    previous chunk's node.
-    Example: cp = 16384, p = 64: 16384 (worst case 17408).
-    """
-    _require_int("window", window, 1)
-    _require_int("page", page, 1)
-    _require_int("chunk", chunk, 1)
-    return _ceil_page(chunk + window if worst_case else chunk, page)
-
-
-def admission_bind(swa_pool: int, hold: float) -> float:
-    """Running requests an SWA pool of ``swa_pool`` tokens admits at ``hold`` tokens each.
-
-    ``swa_pool / hold``, a float: ``PrefillAdder`` counts locked SWA tokens as unavailable, so
-    admission stops at its floor. Example: 175,232 / 16,384 = 10.7.
-    """
-    _require_int("swa_pool", swa_pool, 0)
-    if isinstance(hold, bool) or not isinstance(hold, (int, float)) or not (
-        math.isfinite(hold) and hold > 0
-    ):
-        raise ValueError(f"hold must be a positive number, got {hold!r}")
-    return swa_pool / hold
-
-
-def ratio_for_swa_pool(need: int, full_tokens: int, page: int) -> float:
-    """Smallest ratio, a multiple of ``RATIO_STEP``, whose SWA pool holds ``need`` tokens.
-
-    The pool is ``swa_pool_tokens(full_tokens, r, page)`` at a fixed ``full_tokens``; at a fixed
-    memory budget a larger ratio also shrinks ``full_tokens``, so there the result is a lower
-    bound. Returns 1.0 when even the whole index space is short of ``need``.
-    Example: need 2048, T = 16384, p = 1: 0.125 -> 0.13 (int(16384 * 0.13) = 2129).
-    """
-    _require_int("need", need, 0)
-    _require_int("full_tokens", full_tokens, 1)
-    _require_int("page", page, 1)
-    steps = round(1 / RATIO_STEP)
-    # Start at the exact bound; float rounding of T * r can cost a step, hence the loop.
-    for k in range(max(1, -(-need * steps // full_tokens)), steps + 1):
-        ratio = round(k * RATIO_STEP, 10)
-        if swa_pool_tokens(full_tokens, ratio, page) >= need:
-            return ratio
-    return 1.0
 
 
 def check_swa_islands_cache(cache: BasePrefixCache, is_hybrid_swa: bool) -> None:

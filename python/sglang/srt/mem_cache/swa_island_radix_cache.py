@@ -100,73 +100,19 @@ from sglang.srt.mem_cache.swa_island_eviction import (
     QueuedHits,
     StampedLRUList,
 )
+from sglang.srt.mem_cache.swa_island_formulas import (  # noqa: F401  (re-exported)
+    DEFAULT_DECODE_ISLAND_INTERVAL,
+    RECLAIM_POLICIES,
+    decode_island_due,
+    decode_island_interval,
+    island_out_of_window,
+    reclaim_watermark,
+    swa_tombstone_frontier,
+)
 from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache, TreeNode
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
-
-RECLAIM_POLICIES = ("lazy", "eager", "auto")
-"""``--swa-islands-reclaim`` choices; the first is the default (``ServerArgs``, ``CacheInitParams``)."""
-
-DEFAULT_DECODE_ISLAND_INTERVAL = 2048
-"""Decode tokens between decode islands when chunked prefill is off (``cp/4`` of 8192)."""
-
-
-def swa_tombstone_frontier(committed_len: int, window: int, page_size: int) -> int:
-    """``t = floor_p(L - (w + p))``, at least 0: no future token of the request reads below it.
-
-    The next token (position ``L``) reads ``[L - w + 1, L]``, and the page-aligned key end
-    ``floor_p(L)`` keeps at least ``w`` tokens after ``t``.
-    Example: w=1024, p=64, L=16384 -> t=15296 (1088 tokens after it). w=33, p=1, L=300 -> 266.
-    """
-    if committed_len < 0 or window <= 0 or page_size <= 0:
-        raise ValueError(f"{committed_len=}, {window=}, {page_size=}")
-    live = window + page_size
-    if committed_len <= live:
-        return 0
-    return (committed_len - live) // page_size * page_size
-
-
-def decode_island_interval(chunked_prefill_size: Optional[int], override: Optional[int] = None) -> int:
-    """Committed decode tokens between two decode islands: ``cp/4`` (at least 1).
-
-    ``override`` wins; without chunked prefill (``None`` or ``<= 0``) the default is
-    :data:`DEFAULT_DECODE_ISLAND_INTERVAL`. Example: cp=16384 -> 4096; cp=512 -> 128.
-    """
-    if override is not None and override > 0:
-        return override
-    if chunked_prefill_size is None or chunked_prefill_size <= 0:
-        return DEFAULT_DECODE_ISLAND_INTERVAL
-    return max(1, chunked_prefill_size // 4)
-
-
-def decode_island_due(committed_len: int, last_island_len: int, interval: int) -> bool:
-    """Fire once ``interval`` tokens were committed since the last island.
-
-    Accumulated progress, never ``committed_len % interval == 0``: speculative decoding advances
-    by variable accept lengths and would almost never land on a multiple.
-    """
-    return committed_len - last_island_len >= interval
-
-
-def island_out_of_window(committed_len: int, island_end: int, window: int, page_size: int) -> bool:
-    """Whether no token of the request, the one in flight included, reads the island ending at
-    ``island_end`` any more: ``L >= end + w + p`` (``w`` to leave the window, ``p`` of slack for
-    a token already counted in ``L`` but still being written). Example: end 300, w 33, p 1: 334."""
-    return committed_len >= island_end + window + page_size
-
-
-def reclaim_watermark(chunked_prefill_size: Optional[int], page_size: int) -> int:
-    """Free SWA tokens below which ``auto`` reclaims eagerly: one prefill chunk, page-rounded up.
-
-    Below it the next chunk's allocation would have to evict anyway; freeing the cold SWA of the
-    committing path at the insert saves that eviction walk. Without chunked prefill: the decode
-    default interval. Example: cp=16384, p=64 -> 16384; cp=500, p=16 -> 512.
-    """
-    chunk = chunked_prefill_size if chunked_prefill_size and chunked_prefill_size > 0 else (
-        DEFAULT_DECODE_ISLAND_INTERVAL
-    )
-    return -(-chunk // page_size) * page_size
 
 
 def commit_frees_are_stream_ordered(device: torch.device, overlap: bool) -> bool:

@@ -1,0 +1,82 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Server-argument resolution for SWA islands (``--enable-swa-islands``) on UnifiedRadixCache.
+
+Islands run in ``SWAIslandUnifiedRadixCache``, which the default cache chain builds in place of
+``UnifiedRadixCache`` for a hybrid sliding-window model. Every flag combination that builds
+another cache, or a ``UnifiedRadixCache`` whose insert path islands do not cover, is refused here,
+before any model is loaded, with the reason (:func:`swa_islands_conflict`); what only the model
+decides (hybrid SWA or not, Mamba layers) is checked when the cache is built.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Mapping, Optional
+
+from sglang.srt.arg_groups.overrides import resolving_view
+from sglang.srt.mem_cache.swa_island_formulas import RECLAIM_POLICIES
+
+logger = logging.getLogger(__name__)
+
+FLAG = "--enable-swa-islands"
+# Main's own switch for the commit-time free; under the flag --swa-islands-reclaim decides it.
+FREE_OUT_OF_WINDOW_ENV = "SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS"
+
+
+def swa_islands_conflict(cfg: Any, environ: Mapping[str, str]) -> Optional[str]:
+    """Why islands cannot run with this configuration, or None. ``cfg`` reads server arguments
+    by name (a resolving view, or any object with those attributes)."""
+    if cfg.disable_radix_cache:
+        return "--disable-radix-cache builds a cache without a radix tree to keep islands in"
+    if cfg.disable_hybrid_swa_memory:
+        return "--disable-hybrid-swa-memory keeps one pool for all layers; there is no SWA pool to free"
+    if cfg.radix_cache_backend is not None:
+        return (f"--radix-cache-backend={cfg.radix_cache_backend!r} replaces the default cache "
+                "chain; islands exist only in the default UnifiedRadixCache")
+    for flag, on, what in (
+        ("--enable-hierarchical-cache", cfg.enable_hierarchical_cache,
+         "moves SWA between device and host, which the island path does not cover"),
+        ("--enable-lmcache", cfg.enable_lmcache, "builds LMCacheUnifiedRadixCache"),
+        ("--enable-flexkv", cfg.enable_flexkv, "builds the FlexKV cache"),
+        ("--enable-unified-cache-external-linker", cfg.enable_unified_cache_external_linker,
+         "attaches an external KV linker the island path does not cover"),
+        ("--enable-session-radix-cache", cfg.enable_session_radix_cache,
+         "lets sessions own checkpoints (and needs the Python tree core)"),
+        ("--enable-streaming-session", cfg.enable_streaming_session,
+         "lets a session keep a request's KV row past its checkpoints"),
+        ("--enable-unified-memory", cfg.enable_unified_memory,
+         "splits one buffer between pools dynamically; the island pool floor assumes a fixed SWA pool"),
+        ("--enable-decoder-swa-bounded-replay", cfg.enable_decoder_swa_bounded_replay,
+         "re-prefills matched SWA windows instead of reusing them"),
+    ):
+        if on:
+            return f"{flag} {what}"
+    if cfg.disaggregation_mode != "null":
+        return (f"--disaggregation-mode {cfg.disaggregation_mode}: prefill/decode disaggregation "
+                "moves KV between servers outside the island path")
+    if FREE_OUT_OF_WINDOW_ENV in environ:
+        return (f"{FREE_OUT_OF_WINDOW_ENV} is set; under {FLAG} --swa-islands-reclaim decides what "
+                f"is freed at a commit (unset {FREE_OUT_OF_WINDOW_ENV})")
+    return None
+
+
+def handle_swa_islands(server_args: Any, environ: Optional[Mapping[str, str]] = None) -> None:
+    """Refuse an island configuration the island path does not cover; without the flag, say
+    that its settings are ignored (a rollback drops the flag and may leave them in place)."""
+    cfg = resolving_view(server_args)
+    if not cfg.enable_swa_islands:
+        if (cfg.swa_islands_decode_interval is not None
+                or cfg.swa_islands_reclaim != RECLAIM_POLICIES[0]):
+            logger.warning("--swa-islands-decode-interval and --swa-islands-reclaim take effect "
+                           "only with %s; ignored.", FLAG)
+        return
+    reason = swa_islands_conflict(cfg, os.environ if environ is None else environ)
+    if reason is not None:
+        raise ValueError(f"{FLAG} cannot be used here: {reason}. Drop one of the two.")
+    if cfg.swa_islands_reclaim not in RECLAIM_POLICIES:
+        raise ValueError(f"--swa-islands-reclaim must be one of {', '.join(RECLAIM_POLICIES)}, "
+                         f"got {cfg.swa_islands_reclaim!r}.")
+    interval = cfg.swa_islands_decode_interval
+    if interval is not None and interval < 1:
+        raise ValueError(f"--swa-islands-decode-interval must be at least 1 token, got {interval}.")

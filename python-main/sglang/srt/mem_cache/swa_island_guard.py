@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where SWA islands may run on sglang 0.5.23, and how large their SWA pool must be.
+
+The flag combinations the island path does not cover are refused with the server arguments
+(``sglang.srt.arg_groups.swa_islands_hook``). What only the model decides is checked here once the
+registry has built the cache (:func:`check_swa_islands_cache`): islands run only on an
+``SWAIslandUnifiedRadixCache`` over a hybrid sliding-window model without Mamba layers and with
+the SWA allocator. The pool formulas are ``swa_island_formulas``' (shared with the 0.5.15
+target); a check that refuses raises ``ValueError`` with the reason and the way out.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Optional
+
+from sglang.srt.mem_cache.swa_island_formulas import (
+    island_capacity,
+    island_floor,
+    ratio_for_swa_pool,
+)
+
+if TYPE_CHECKING:
+    from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache
+
+logger = logging.getLogger(__name__)
+
+FLAG = "--enable-swa-islands"
+
+
+def check_swa_islands_cache(cache: BasePrefixCache, *, is_hybrid_swa: bool,
+                            is_hybrid_ssm: bool) -> None:
+    """In ``create_tree_cache``: the cache built must be ``SWAIslandUnifiedRadixCache`` over a
+    hybrid SWA model (no Mamba layers) with the SWA allocator."""
+    from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
+    from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
+
+    if not is_hybrid_swa:
+        reason = ("the model is not a hybrid sliding-window model (or its hybrid SWA memory pool "
+                  "is disabled), so there is no SWA KV to keep islands of")
+    elif is_hybrid_ssm:
+        reason = ("the model also has Mamba layers, whose checkpoints decide where the tree "
+                  "inserts; islands do not cover them")
+    elif type(cache) is not SWAIslandUnifiedRadixCache:
+        reason = (f"the tree cache built for this configuration is {type(cache).__name__} (e.g. "
+                  "every layer sliding-window), and islands run only where the default chain "
+                  "builds UnifiedRadixCache")
+    elif type(cache.token_to_kv_pool_allocator) is not SWATokenToKVPoolAllocator:
+        reason = (f"the SWA allocator is {type(cache.token_to_kv_pool_allocator).__name__}, and "
+                  "islands need SWATokenToKVPoolAllocator")
+    else:
+        return
+    raise ValueError(f"{FLAG} cannot be used here: {reason}. Remove {FLAG}.")
+
+
+def check_swa_island_pool(cache: BasePrefixCache, chunked_prefill_size: Optional[int]) -> None:
+    """At startup, the SWA pool against the island floor: below one request's floor (one chunk +
+    window + page) no full chunk could ever be admitted, a ``ValueError``; below the floor of the
+    request pool's size, a warning with the running requests it carries."""
+    allocator = cache.token_to_kv_pool_allocator
+    swa_pool, full_pool = allocator.size_swa, max(allocator.size_full, 1)
+    window, page = cache.sliding_window_size + 1, cache.page_size
+    chunk = chunked_prefill_size if chunked_prefill_size and chunked_prefill_size > 0 else page
+    n_cap = cache.req_to_token_pool.size
+    floor_one = island_floor(1, window, page, chunk)
+    if swa_pool < floor_one:
+        need = ratio_for_swa_pool(floor_one, full_pool, page)
+        raise ValueError(
+            f"{FLAG}: the SWA pool holds {swa_pool} tokens, below the island floor of a single "
+            f"request ({floor_one} tokens: one chunk of {chunk} + window {window} + page {page}), "
+            f"so no full chunk could be admitted. Raise --swa-full-tokens-ratio to at least "
+            f"{need:.2f}."
+        )
+    capacity = island_capacity(swa_pool, window, page, chunk)
+    if capacity < n_cap:
+        logger.warning(
+            "%s: the SWA pool (%d tokens) carries about %d running requests at the island floor "
+            "(%d + N x %d tokens), fewer than the request pool's %d.",
+            FLAG, swa_pool, capacity, chunk, window + page, n_cap,
+        )

@@ -1,0 +1,130 @@
+"""SWAIslandUnifiedRadixCache (--enable-swa-islands) on both tree cores: built from its
+CacheInitParams, its SWA pool checked against the island floor at construction, refused by
+swa_island_guard where the model rules islands out, and, until the island steps land, answering
+inserts and matches exactly as UnifiedRadixCache does."""
+
+import unittest
+from array import array
+
+import torch
+
+from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang.srt.mem_cache.swa_island_formulas import (
+    DEFAULT_DECODE_ISLAND_INTERVAL,
+    island_capacity,
+    island_floor,
+)
+from sglang.srt.mem_cache.swa_island_guard import check_swa_islands_cache
+from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+from sglang.test.ci.ci_register import register_cpu_ci
+from swa_islands_stack import KV_SIZE, WINDOW_LEFT, build_params, match_prefix  # beside this file
+
+register_cpu_ci(est_time=20, suite="base-a-test-cpu")
+
+CHUNK = 64
+
+
+class _IslandCacheSuite:
+    BACKEND = "python"
+
+    def build(self, *, islands=True, max_num_reqs=10, **fields):
+        """(cache, allocator): the island cache (or, ``islands=False``, UnifiedRadixCache) on
+        this suite's tree core over a fresh stack."""
+        defaults = dict(enable_swa_islands=islands, chunked_prefill_size=CHUNK,
+                        tree_core_backend=self.BACKEND)
+        params = build_params(max_num_reqs=max_num_reqs, **{**defaults, **fields})
+        cls = SWAIslandUnifiedRadixCache if islands else UnifiedRadixCache
+        return cls(params), params.token_to_kv_pool_allocator
+
+    def test_builds_on_this_tree_core(self):
+        cache, _ = self.build()
+        self.assertEqual(cache._tree_core_backend, self.BACKEND)
+        self.assertEqual("Rust" in type(cache.tree_core).__name__, self.BACKEND == "rust")
+        self.assertTrue(cache.supports_swa())
+
+    def test_settings_come_from_the_cache_params(self):
+        cache, _ = self.build()
+        self.assertEqual(cache.swa_islands_reclaim, "lazy")
+        self.assertEqual(cache.decode_island_interval, CHUNK // 4)
+        cache, _ = self.build(swa_islands_reclaim="eager", swa_islands_decode_interval=5)
+        self.assertEqual((cache.swa_islands_reclaim, cache.decode_island_interval), ("eager", 5))
+        cache, _ = self.build(chunked_prefill_size=None)
+        self.assertEqual(cache.decode_island_interval, DEFAULT_DECODE_ISLAND_INTERVAL)
+
+    def test_an_unknown_reclaim_policy_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "swa_islands_reclaim must be one of"):
+            self.build(swa_islands_reclaim="sometimes")
+
+    def test_a_pool_below_one_requests_island_floor_is_refused(self):
+        chunk = KV_SIZE  # one chunk + window + page cannot fit a pool of one chunk
+        with self.assertRaisesRegex(ValueError, r"below the island floor of a single request "
+                                    r"\(%d tokens" % island_floor(1, WINDOW_LEFT + 1, 1, chunk)):
+            self.build(chunked_prefill_size=chunk)
+
+    def test_a_pool_below_the_request_pools_floor_warns(self):
+        carried = island_capacity(KV_SIZE, WINDOW_LEFT + 1, 1, CHUNK)
+        with self.assertLogs("sglang.srt.mem_cache.swa_island_guard", "WARNING") as logs:
+            cache, _ = self.build(max_num_reqs=10)
+        self.assertLess(carried, cache.req_to_token_pool.size)
+        self.assertIn(f"carries about {carried} running requests", logs.output[0])
+
+    def test_an_ample_pool_is_silent(self):
+        with self.assertNoLogs("sglang.srt.mem_cache.swa_island_guard", "WARNING"):
+            cache, _ = self.build(max_num_reqs=2)
+        self.assertGreaterEqual(island_capacity(KV_SIZE, WINDOW_LEFT + 1, 1, CHUNK),
+                                cache.req_to_token_pool.size)
+
+    def test_inserts_and_matches_as_unified_radix_cache(self):
+        answers = []
+        for islands in (False, True):
+            cache, allocator = self.build(islands=islands)
+            tokens = list(range(1, 101))
+            value = allocator.alloc(len(tokens))
+            result = cache.insert(InsertParams(key=RadixKey(array("q", tokens)), value=value))
+            match = match_prefix(cache, tokens[:80] + [999] * 10)
+            answers.append((result.prefix_len, match.device_prefix_len,
+                            cache.full_evictable_size(), cache.swa_evictable_size(),
+                            torch.equal(cache.path_device_indices(match.last_device_node).cpu(),
+                                        value[: match.device_prefix_len].cpu())))
+        self.assertEqual(answers[0], answers[1])
+        self.assertEqual(answers[1][1], 80)
+
+
+class TestSWAIslandUnifiedRadixCachePythonCore(_IslandCacheSuite, unittest.TestCase):
+    BACKEND = "python"
+
+
+class TestSWAIslandUnifiedRadixCacheRustCore(_IslandCacheSuite, unittest.TestCase):
+    BACKEND = "rust"
+
+
+class TestSwaIslandsGuard(unittest.TestCase):
+    """What only the model decides, checked once the registry built the cache."""
+
+    def setUp(self):
+        self.stock = UnifiedRadixCache(build_params())
+        self.island = SWAIslandUnifiedRadixCache(
+            build_params(enable_swa_islands=True, chunked_prefill_size=CHUNK))
+
+    def test_the_island_cache_over_a_hybrid_swa_model_passes(self):
+        check_swa_islands_cache(self.island, is_hybrid_swa=True, is_hybrid_ssm=False)
+
+    def test_a_model_without_sliding_window_layers_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "not a hybrid sliding-window model.*Remove "
+                                    "--enable-swa-islands"):
+            check_swa_islands_cache(self.island, is_hybrid_swa=False, is_hybrid_ssm=False)
+
+    def test_a_model_with_mamba_layers_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "Mamba layers"):
+            check_swa_islands_cache(self.island, is_hybrid_swa=True, is_hybrid_ssm=True)
+
+    def test_another_cache_is_refused_by_name(self):
+        with self.assertRaisesRegex(ValueError, "the tree cache built for this configuration is "
+                                    "UnifiedRadixCache"):
+            check_swa_islands_cache(self.stock, is_hybrid_swa=True, is_hybrid_ssm=False)
+
+
+if __name__ == "__main__":
+    unittest.main()
