@@ -44,8 +44,8 @@ nodes it may uncover back to :data:`COLD` (``SWAIslandRadixCache._unverify_above
 first pass after it may have lost its cover, and by no pass before.
 """
 
+import copy
 import heapq
-import itertools
 import weakref
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -109,6 +109,24 @@ class EvictionClasses:
     def __init__(self):
         self._heaps: List[list] = [[] for _ in CLASSES]
         self._size = [0 for _ in CLASSES]
+
+    def __deepcopy__(self, memo) -> "EvictionClasses":
+        """A copy over the copied nodes (``copy.deepcopy`` keeps weak references as they are, so
+        the entries are rebuilt to point at the copies in ``memo``); stale entries are left out."""
+        new = EvictionClasses.__new__(EvictionClasses)
+        memo[id(self)] = new
+        new._size = list(self._size)
+        new._heaps = []
+        for heap in self._heaps:
+            entries = []
+            for order, node_id, version, ref in heap:  # a heap stays one with the same keys
+                node = ref()
+                if node is not None and node.evict_version == version:
+                    twin = copy.deepcopy(node, memo)
+                    entries.append((order, node_id, version, weakref.ref(twin)))
+            heapq.heapify(entries)
+            new._heaps.append(entries)
+        return new
 
     def place(self, node: TreeNode, cls: int) -> None:
         """File ``node`` under ``cls`` (replacing its previous class, if any)."""
