@@ -560,10 +560,14 @@ class SWAIslandRadixCache(SWARadixCache):
                     stack.append((child, d))
         return best
 
-    def _unverify_above(self, node: TreeNode, below: int = 0, fresh: Collection = ()) -> None:
-        """A cover may be gone: file as COLD ``node`` and its live ancestors whose end is less
-        than a window above ``node``'s end plus ``below`` tokens (the nodes whose windows a
-        match end there could cover), or less than a window above a node of ``fresh`` on the way.
+    def _unverify_above(
+        self, node: TreeNode, below: int = 0, fresh: Collection = (), verify: bool = False
+    ) -> None:
+        """A cover may be gone: file again ``node`` and its live ancestors whose end is less than
+        a window above ``node``'s end plus ``below`` tokens (the nodes whose windows a match end
+        there could cover), or less than a window above a node of ``fresh`` on the way. As COLD
+        (met, and classified, by the next pass), or with ``verify`` under the class they have now:
+        an eviction files what it uncovers itself, so the next one does not pay for it.
 
         For a match end that lost its category: ``(m)``; for a tombstone or a deleted node ``a``:
         ``(a.parent, len(a))``; for released SWA locks: ``(deepest, 0, released)``.
@@ -575,25 +579,26 @@ class SWAIslandRadixCache(SWARadixCache):
             elif below >= window:
                 break
             if in_list(node):
-                self._classes.place(node, COLD)
+                self._classes.place(node, self._protection(node) if verify else COLD)
             below += len(node.value)
             node = node.parent
 
     def _unverify_below(self, a: TreeNode) -> None:
-        """``a`` turned into a tombstone: file as COLD its live descendants whose own live run
-        reached ``a`` within a window (their windows, or the one above them, crossed ``a``)."""
+        """``a`` turned into a tombstone: file again, under the class they have now, its live
+        descendants whose own live run reached ``a`` within a window (their windows, or the one
+        above them, crossed ``a``)."""
         window = self.sliding_window_size
         stack = [(c, len(c.value)) for c in a.children.values()]
         while stack:
             n, d = stack.pop()
             if d >= window or n.swa_tombstone:
                 continue
-            self._classes.place(n, COLD)
+            self._classes.place(n, self._protection(n))
             stack.extend((c, d + len(c.value)) for c in n.children.values())
 
     def _tombstone_swa(self, x: TreeNode) -> None:
         super()._tombstone_swa(x)
-        self._unverify_above(x.parent, len(x.value))
+        self._unverify_above(x.parent, len(x.value), verify=True)
         self._unverify_below(x)
 
     def _add_new_node(self, parent: TreeNode, key, value, swa_tombstone: bool = False):
@@ -606,12 +611,13 @@ class SWAIslandRadixCache(SWARadixCache):
     def _delete_leaf(self, node: TreeNode) -> None:
         parent = node.parent
         super()._delete_leaf(node)
-        self._unverify_above(parent)  # the leaf's window, and maybe the parent's junction, went
+        # the leaf's window, and maybe the parent's junction, went
+        self._unverify_above(parent, verify=True)
 
     def _delete_tombstone_leaf(self, node: TreeNode) -> None:
         parent = node.parent
         super()._delete_tombstone_leaf(node)
-        self._unverify_above(parent)
+        self._unverify_above(parent, verify=True)
 
     def dec_lock_ref(self, node: TreeNode, params=None, skip_swa: bool = False):
         released = []
