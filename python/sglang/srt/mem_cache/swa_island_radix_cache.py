@@ -560,23 +560,17 @@ class SWAIslandRadixCache(SWARadixCache):
                     stack.append((child, d))
         return best
 
-    def _unverify_above(
-        self, node: TreeNode, below: int = 0, fresh: Collection = (), verify: bool = False
-    ) -> None:
+    def _unverify_above(self, node: TreeNode, below: int = 0, verify: bool = False) -> None:
         """A cover may be gone: file again ``node`` and its live ancestors whose end is less than
         a window above ``node``'s end plus ``below`` tokens (the nodes whose windows a match end
-        there could cover), or less than a window above a node of ``fresh`` on the way. As COLD
-        (met, and classified, by the next pass), or with ``verify`` under the class they have now:
-        an eviction files what it uncovers itself, so the next one does not pay for it.
-
-        For a match end that lost its category: ``(m)``; for a tombstone or a deleted node ``a``:
-        ``(a.parent, len(a))``; for released SWA locks: ``(deepest, 0, released)``.
+        there could cover). As COLD (met, and classified, by the next pass), or with ``verify``
+        under the class they have now: an eviction files what it uncovers itself, so the next one
+        does not pay for it. For a match end that lost its category: ``(m)``; for a tombstone or
+        a deleted node ``a``: ``(a.parent, len(a))``.
         """
         window, root, in_list = self.sliding_window_size, self.root_node, self.swa_lru_list.in_list
         while node is not root and node is not None and not node.swa_tombstone:
-            if node in fresh:
-                below = 0
-            elif below >= window:
+            if below >= window:
                 break
             if in_list(node):
                 self._classes.place(node, self._protection(node) if verify else COLD)
@@ -625,8 +619,7 @@ class SWAIslandRadixCache(SWARadixCache):
             uuid = params.swa_uuid_for_lock if params is not None else None
             released = [n for n in self.swa_lock_range(node, uuid) if n.swa_lock_ref == 1]
         result = super().dec_lock_ref(node, params, skip_swa=skip_swa)
-        if released:
-            self._unverify_above(released[0], 0, released)
+        self._file_released(released)
         return result
 
     def dec_swa_lock_only(
@@ -638,13 +631,24 @@ class SWAIslandRadixCache(SWARadixCache):
                 n for n in self.swa_lock_range(node, swa_uuid_for_lock) if n.swa_lock_ref == 1
             ]
         super().dec_swa_lock_only(node, swa_uuid_for_lock, keep_leaf_live=keep_leaf_live)
-        if not released:
-            return
-        first = released[0]
-        if first.swa_tombstone:  # upstream frees a released leaf unless keep_leaf_live
-            self._unverify_above(first.parent, len(first.value), released)
-        else:
-            self._unverify_above(first, 0, released)
+        self._file_released(released)
+
+    def _file_released(self, released: List[TreeNode]) -> None:
+        """Nodes whose SWA lock was just released (deepest first, one contiguous path): each live
+        one is filed as COLD; where the lock was what made a node a match end, the nodes its
+        window covered may have lost their cover. A node still a leaf, junction or island end
+        keeps its category, and the nodes above it their covers. A leaf that upstream freed on
+        release (``dec_swa_lock_only`` without ``keep_leaf_live``) took its window with it."""
+        lost = []
+        for n in released:
+            if n.swa_tombstone:
+                self._unverify_above(n.parent, len(n.value))
+                continue
+            self._classes.place(n, COLD)
+            if self._category(n) < WINDOW:
+                lost.append(n)
+        for n in lost:
+            self._unverify_above(n)
 
     # ---- reclaim ------------------------------------------------------------------------------
 
