@@ -7,11 +7,14 @@ the real UnifiedRadixCache, SWA allocator and pools.
 - a request that shares a running request's prompt and part of its output hits at least the last
   island's end (stock main: only the prompt, the output enters the tree at finish);
 - an island's window lock is released ``w + p`` tokens after it, once, and main's
-  ``SGLANG_OPT_RELEASE_PREFILL_SWA`` call cannot release it earlier; the lock never holds more
-  than ``w + 2p`` SWA tokens;
+  ``SGLANG_OPT_RELEASE_PREFILL_SWA`` call cannot release it earlier; with islands at least a
+  window apart the lock never holds more than ``w + 2p`` SWA tokens (closer islands: the lock
+  takes whole island nodes up to a window, so up to ``w + interval + p``);
 - finished, aborted and retracted requests leave the pools as they found them once the tree is
   evicted;
-- both tree cores lay the same islands and cache the same tokens.
+- both tree cores lay the same islands and cache the same tokens;
+- all of it with token keys and with EAGLE's bigram keys (one entry fewer than the tokens they
+  span: an island ends one token earlier).
 
 Each test fails with the hook a no-op (stock main: ``UnifiedRadixCache.on_decode_progress``).
 """
@@ -51,9 +54,9 @@ def output_token(i: int) -> int:
     return 1000 + i
 
 
-def build(backend: str, *, islands: bool = True, **fields):
+def build(backend: str, *, islands: bool = True, eagle: bool = False, **fields):
     defaults = dict(enable_swa_islands=islands, chunked_prefill_size=CHUNK,
-                    tree_core_backend=backend)
+                    tree_core_backend=backend, is_eagle=eagle)
     params = build_params(max_num_reqs=2, kv_size=KV, **{**defaults, **fields})
     cls = SWAIslandUnifiedRadixCache if islands else UnifiedRadixCache
     return cls(params)
@@ -93,43 +96,51 @@ def island_ends(cache, req, steps, **kw):
 
 class _DecodeIslandSuite:
     BACKEND = "python"
+    EAGLE = False  # bigram keys: a key of L tokens has L - 1 entries
+
+    def build(self, **kw):
+        return build(self.BACKEND, eagle=self.EAGLE, **kw)
 
     def test_a_decode_island_is_laid_every_interval_whatever_the_accept_lengths(self):
-        cache = build(self.BACKEND)
+        cache = self.build()
         self.assertEqual(cache.decode_island_interval, INTERVAL)
         req = prefill(cache)
         ends = island_ends(cache, req, DECODE_STEPS)
-        # replay of the cadence over the same computed lengths
-        expected, last, L = [], len(PROMPT), len(PROMPT)  # after the prefill: L = prompt
+        # replay of the cadence over the same computed lengths; an island ends where its key
+        # ends (L tokens, L - 1 bigrams)
+        e = int(self.EAGLE)
+        prompt_end = len(PROMPT) - e
+        expected, last, L = [], prompt_end, len(PROMPT)  # after the prefill: L = prompt
         for s in range(DECODE_STEPS):
             L += ACCEPTS[s % len(ACCEPTS)]
             if decode_island_due(L, last, INTERVAL):
-                expected.append((L, L))
-                last = L
+                expected.append((L, L - e))
+                last = L - e
         self.assertEqual(ends, expected)
         self.assertGreaterEqual(len(ends), 5)
         modulo = [L for L, _ in expected if L % INTERVAL == 0]
         self.assertLess(len(modulo), len(ends) // 2)  # a modulo trigger would miss most
-        gaps = [b - a for (_, a), (_, b) in zip([(0, len(PROMPT))] + ends, ends)]
+        gaps = [b - a for (_, a), (_, b) in zip([(0, prompt_end)] + ends, ends)]
         self.assertTrue(all(INTERVAL <= g < INTERVAL + max(ACCEPTS) for g in gaps), gaps)
 
     def test_a_request_sharing_the_running_output_hits_its_last_island(self):
         hits = {}
         for islands in (False, True):
-            cache = build(self.BACKEND, islands=islands)
+            cache = self.build(islands=islands)
             req = prefill(cache)
             decode(cache, req, DECODE_STEPS, swa_eviction_interval=32)
             last_end = req.kv.cache_protected_len
             shared = PROMPT + list(req.output_ids[: computed_len(req) - len(PROMPT) - 3])
             hits[islands] = (match_prefix(cache, shared + [7] * 10).device_prefix_len, last_end)
-        self.assertEqual(hits[False], (len(PROMPT), len(PROMPT)))  # stock: only the prompt
+        prompt_end = len(PROMPT) - int(self.EAGLE)
+        self.assertEqual(hits[False], (prompt_end, prompt_end))  # stock: only the prompt
         hit, last_end = hits[True]
         self.assertGreater(last_end, len(PROMPT))
         self.assertGreaterEqual(hit, last_end)
 
     def test_an_island_window_lock_is_released_w_plus_p_later_and_the_hold_stays_bounded(self):
         interval = 48  # > w + p, so each island's lock is released before the next island
-        cache = build(self.BACKEND, swa_islands_decode_interval=interval)
+        cache = self.build(swa_islands_decode_interval=interval)
         req = prefill(cache)
         released_ends = []
 
@@ -151,12 +162,23 @@ class _DecodeIslandSuite:
         decode(cache, req, DECODE_STEPS, each_step=check, swa_eviction_interval=32)
         # the prompt-end island and every decode island but the latest were released
         self.assertGreaterEqual(len(released_ends), 2)
-        self.assertEqual(released_ends[0], len(PROMPT))
+        self.assertEqual(released_ends[0], len(PROMPT) - int(self.EAGLE))
+
+    def test_islands_closer_than_a_window_hold_at_most_w_plus_interval(self):
+        # main locks whole nodes back to one window (only a leaf longer than the window is
+        # split): a leaf of `interval` < w tokens locks the previous island's node too
+        cache = self.build()
+        req = prefill(cache)
+        holds = []
+        decode(cache, req, DECODE_STEPS, each_step=lambda L: holds.append(
+            cache.swa_protected_size()), swa_eviction_interval=32)
+        self.assertLessEqual(max(holds), W + INTERVAL + P)
+        self.assertGreater(max(holds), W + 2 * P)  # the price of islands closer than a window
 
     def test_pools_return_to_baseline_after_finish_abort_or_retract(self):
         for how in ("finish", "abort", "retract"):
             with self.subTest(how=how):
-                cache = build(self.BACKEND, swa_islands_decode_interval=48)
+                cache = self.build(swa_islands_decode_interval=48)
                 allocator = cache.token_to_kv_pool_allocator
                 baseline = (allocator.full_available_size(), allocator.swa_available_size())
                 req = prefill(cache)
@@ -187,6 +209,14 @@ class TestDecodeIslandsPythonCore(_DecodeIslandSuite, unittest.TestCase):
 
 class TestDecodeIslandsRustCore(_DecodeIslandSuite, unittest.TestCase):
     BACKEND = "rust"
+
+
+class TestDecodeIslandsBigramKeysPythonCore(_DecodeIslandSuite, unittest.TestCase):
+    BACKEND, EAGLE = "python", True
+
+
+class TestDecodeIslandsBigramKeysRustCore(_DecodeIslandSuite, unittest.TestCase):
+    BACKEND, EAGLE = "rust", True
 
 
 class TestDecodeIslandsBothCoresAgree(unittest.TestCase):
