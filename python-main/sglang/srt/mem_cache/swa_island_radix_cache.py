@@ -17,7 +17,9 @@ Python core), so the default Rust core and the Python core behave alike. Vocabul
   ``decode_island_interval`` tokens were computed since the request's tree-protected end
   (``req.kv.cache_protected_len``, the end of its last island: the prompt end, then each decode
   island). Main's insert path then frees the request's SWA below its frontier (tombstones),
-  splits the leaf so the request's new lock covers one window, and moves the lock there. The
+  splits a leaf longer than the window so the request's new lock covers one window, and moves
+  the lock there (islands closer than a window: the lock takes whole island nodes back to one
+  window, so the hold is up to ``w + interval`` instead of ``w + 2p``). The
   cadence is accumulated progress (speculative accept lengths fire it) and reads request and
   tree state only, so ``up_to`` is the same on every rank (``@rank_consensus``); it keeps no
   per-request state of its own (nothing to leak when a request finishes, aborts or retracts).
