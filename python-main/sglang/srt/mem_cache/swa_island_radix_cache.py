@@ -34,9 +34,9 @@ with the patch that names the commit-time free decision (docs/MAIN_DESIGN.md).
 
 from __future__ import annotations
 
-from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from typing import TYPE_CHECKING
 
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.swa_island_formulas import (
     RECLAIM_POLICIES,
     decode_island_due,
@@ -65,7 +65,7 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
                              f"got {params.swa_islands_reclaim!r}")
         super().__init__(params)
         self.swa_islands_reclaim = params.swa_islands_reclaim
-        # Committed decode tokens between two decode islands: cp / 4 unless overridden.
+        # Computed decode tokens between two decode islands: cp / 4 unless overridden.
         self.decode_island_interval = decode_island_interval(
             params.chunked_prefill_size, params.swa_islands_decode_interval
         )
