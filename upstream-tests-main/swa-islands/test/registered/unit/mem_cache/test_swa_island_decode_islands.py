@@ -43,7 +43,7 @@ register_cpu_ci(est_time=20, suite="base-a-test-cpu")
 
 CHUNK = 64  # chunked prefill; the default decode-island interval is CHUNK // 4
 INTERVAL = CHUNK // 4
-W, P = WINDOW_LEFT + 1, 1
+W = WINDOW_LEFT + 1
 KV = 512
 PROMPT = list(range(10, 10 + 2 * CHUNK))  # two chunks
 ACCEPTS = (3, 5, 8, 1, 7, 2, 6, 4)  # speculative accept lengths, cycled
@@ -54,10 +54,11 @@ def output_token(i: int) -> int:
     return 1000 + i
 
 
-def build(backend: str, *, islands: bool = True, eagle: bool = False, **fields):
+def build(backend: str, *, islands: bool = True, eagle: bool = False, page: int = 1, **fields):
     defaults = dict(enable_swa_islands=islands, chunked_prefill_size=CHUNK,
                     tree_core_backend=backend, is_eagle=eagle)
-    params = build_params(max_num_reqs=2, kv_size=KV, **{**defaults, **fields})
+    params = build_params(max_num_reqs=2, kv_size=KV, page_size=page,
+                          **{**defaults, **fields})
     cls = SWAIslandUnifiedRadixCache if islands else UnifiedRadixCache
     return cls(params)
 
@@ -97,9 +98,14 @@ def island_ends(cache, req, steps, **kw):
 class _DecodeIslandSuite:
     BACKEND = "python"
     EAGLE = False  # bigram keys: a key of L tokens has L - 1 entries
+    PAGE = 1
 
     def build(self, **kw):
-        return build(self.BACKEND, eagle=self.EAGLE, **kw)
+        return build(self.BACKEND, eagle=self.EAGLE, page=self.PAGE, **kw)
+
+    def key_end(self, L: int) -> int:
+        """Where an island of L computed tokens ends: its key, page-aligned."""
+        return (L - int(self.EAGLE)) // self.PAGE * self.PAGE
 
     def test_a_decode_island_is_laid_every_interval_whatever_the_accept_lengths(self):
         cache = self.build()
@@ -108,20 +114,20 @@ class _DecodeIslandSuite:
         ends = island_ends(cache, req, DECODE_STEPS)
         # replay of the cadence over the same computed lengths; an island ends where its key
         # ends (L tokens, L - 1 bigrams)
-        e = int(self.EAGLE)
-        prompt_end = len(PROMPT) - e
+        prompt_end = self.key_end(len(PROMPT))
         expected, last, L = [], prompt_end, len(PROMPT)  # after the prefill: L = prompt
         for s in range(DECODE_STEPS):
             L += ACCEPTS[s % len(ACCEPTS)]
             if decode_island_due(L, last, INTERVAL):
-                expected.append((L, L - e))
-                last = L - e
+                expected.append((L, self.key_end(L)))
+                last = self.key_end(L)
         self.assertEqual(ends, expected)
         self.assertGreaterEqual(len(ends), 5)
         modulo = [L for L, _ in expected if L % INTERVAL == 0]
         self.assertLess(len(modulo), len(ends) // 2)  # a modulo trigger would miss most
         gaps = [b - a for (_, a), (_, b) in zip([(0, prompt_end)] + ends, ends)]
-        self.assertTrue(all(INTERVAL <= g < INTERVAL + max(ACCEPTS) for g in gaps), gaps)
+        self.assertTrue(all(INTERVAL - self.PAGE <= g < INTERVAL + max(ACCEPTS) for g in gaps),
+                        gaps)
 
     def test_a_request_sharing_the_running_output_hits_its_last_island(self):
         hits = {}
@@ -132,7 +138,7 @@ class _DecodeIslandSuite:
             last_end = req.kv.cache_protected_len
             shared = PROMPT + list(req.output_ids[: computed_len(req) - len(PROMPT) - 3])
             hits[islands] = (match_prefix(cache, shared + [7] * 10).device_prefix_len, last_end)
-        prompt_end = len(PROMPT) - int(self.EAGLE)
+        prompt_end = self.key_end(len(PROMPT))
         self.assertEqual(hits[False], (prompt_end, prompt_end))  # stock: only the prompt
         hit, last_end = hits[True]
         self.assertGreater(last_end, len(PROMPT))
@@ -140,6 +146,7 @@ class _DecodeIslandSuite:
 
     def test_an_island_window_lock_is_released_w_plus_p_later_and_the_hold_stays_bounded(self):
         interval = 48  # > w + p, so each island's lock is released before the next island
+        P = self.PAGE
         cache = self.build(swa_islands_decode_interval=interval)
         req = prefill(cache)
         released_ends = []
@@ -162,11 +169,12 @@ class _DecodeIslandSuite:
         decode(cache, req, DECODE_STEPS, each_step=check, swa_eviction_interval=32)
         # the prompt-end island and every decode island but the latest were released
         self.assertGreaterEqual(len(released_ends), 2)
-        self.assertEqual(released_ends[0], len(PROMPT) - int(self.EAGLE))
+        self.assertEqual(released_ends[0], self.key_end(len(PROMPT)))
 
     def test_islands_closer_than_a_window_hold_at_most_w_plus_interval(self):
         # main locks whole nodes back to one window (only a leaf longer than the window is
         # split): a leaf of `interval` < w tokens locks the previous island's node too
+        P = self.PAGE
         cache = self.build()
         req = prefill(cache)
         holds = []
@@ -217,6 +225,18 @@ class TestDecodeIslandsBigramKeysPythonCore(_DecodeIslandSuite, unittest.TestCas
 
 class TestDecodeIslandsBigramKeysRustCore(_DecodeIslandSuite, unittest.TestCase):
     BACKEND, EAGLE = "rust", True
+
+
+class TestDecodeIslandsPage4PythonCore(_DecodeIslandSuite, unittest.TestCase):
+    BACKEND, PAGE = "python", 4
+
+
+class TestDecodeIslandsPage4RustCore(_DecodeIslandSuite, unittest.TestCase):
+    BACKEND, PAGE = "rust", 4
+
+
+class TestDecodeIslandsPage4BigramKeysRustCore(_DecodeIslandSuite, unittest.TestCase):
+    BACKEND, EAGLE, PAGE = "rust", True, 4
 
 
 class TestDecodeIslandsBothCoresAgree(unittest.TestCase):
