@@ -8,19 +8,52 @@ live in the controller only: they go through what both tree cores answer (``chec
 Python core), so the default Rust core and the Python core behave alike. Vocabulary and formulas:
 ``swa_island_formulas`` (shared with the 0.5.15 target).
 
-This first cut carries the settings (``CacheInitParams``) and the startup check of the SWA pool
-against the island floor; the island behaviour (decode islands every ``decode_island_interval``
-committed tokens, the release of an island's window ``w + p`` past it, the commit-time reclaim
-policy) arrives with the patches that name the steps it overrides (docs/MAIN_DESIGN.md). Until
-then this cache behaves exactly as ``UnifiedRadixCache``.
+- computed length ``L`` of a running request: ``len(origin_input_ids) + len(output_ids) - 1``
+  tokens have KV (the newest token's KV is written by the next forward). Not
+  ``kv_committed_len``, which ``alloc_for_decode`` raises at allocation, one step ahead under
+  overlap.
+- decode island: ``on_decode_progress`` (called by the scheduler once per decode step of a running
+  request) checkpoints ``[0, L)`` into the tree through main's own ``checkpoint`` once
+  ``decode_island_interval`` tokens were computed since the request's tree-protected end
+  (``req.kv.cache_protected_len``, the end of its last island: the prompt end, then each decode
+  island). Main's insert path then frees the request's SWA below its frontier (tombstones),
+  splits a leaf longer than the window so the request's new lock covers one window, and moves
+  the lock there (islands closer than a window: the lock takes whole island nodes back to one
+  window, so the hold is up to ``w + interval`` instead of ``w + 2p``). The
+  cadence is accumulated progress (speculative accept lengths fire it) and reads request and
+  tree state only, so ``up_to`` is the same on every rank (``@rank_consensus``); it keeps no
+  per-request state of its own (nothing to leak when a request finishes, aborts or retracts).
+- island window release: once ``island_out_of_window(L, end, w, p)`` (``w`` = the retained
+  window + 1), no token of the request reads the island's window any more: its SWA lock is
+  released (``release_swa``, once per lock through ``TreeLock.swa_released``; the full lock
+  stays), so the island is live, matchable and evictable.
+
+The commit-time reclaim policy (``swa_islands_reclaim``) is carried but not yet read: it arrives
+with the patch that names the commit-time free decision (docs/MAIN_DESIGN.md).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-from sglang.srt.mem_cache.swa_island_formulas import RECLAIM_POLICIES, decode_island_interval
+from sglang.srt.mem_cache.swa_island_formulas import (
+    RECLAIM_POLICIES,
+    decode_island_due,
+    decode_island_interval,
+    island_out_of_window,
+)
 from sglang.srt.mem_cache.swa_island_guard import check_swa_island_pool
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+if TYPE_CHECKING:
+    from sglang.srt.managers.schedule_batch import Req
+
+
+def computed_len(req: "Req") -> int:
+    """Tokens of ``req`` whose KV is written: all but the newest (its KV is the next forward's).
+    Example: a 100-token prompt with 5 output tokens -> 104."""
+    return len(req.origin_input_ids) + len(req.output_ids) - 1
 
 
 class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
@@ -32,9 +65,44 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
                              f"got {params.swa_islands_reclaim!r}")
         super().__init__(params)
         self.swa_islands_reclaim = params.swa_islands_reclaim
-        # Committed decode tokens between two decode islands: cp / 4 unless overridden.
+        # Computed decode tokens between two decode islands: cp / 4 unless overridden.
         self.decode_island_interval = decode_island_interval(
             params.chunked_prefill_size, params.swa_islands_decode_interval
         )
         if self.is_swa_enabled and not self.disable:
             check_swa_island_pool(self, params.chunked_prefill_size)
+
+    # ---- decode islands -------------------------------------------------------------------------
+
+    def on_decode_progress(self, req: "Req", accepted: int) -> None:
+        """After a decode step of the running ``req``: lay a decode island when one is due, then
+        release the latest island's window lock once the request has left it."""
+        if self.disable or not self.is_swa_enabled:
+            return
+        if req.finished() or not req.kv.holds_kv or req.lock is None:
+            return
+        if req.skip_radix_cache_insert:  # barred from the tree, as checkpoint_kv_cache honours
+            return
+        computed = computed_len(req)
+        if decode_island_due(computed, req.kv.cache_protected_len, self.decode_island_interval):
+            self.insert_decode_island(req, computed)
+        self.release_swa_prefix_lock(req)
+
+    def insert_decode_island(self, req: "Req", computed: int) -> None:
+        """Checkpoint ``[0, computed)`` of the request's tokens: main's own insert path (frees the
+        request's SWA below the frontier as tombstones, caps the new leaf at one window, moves
+        ``req.lock`` to the island and sets ``cache_protected_len`` to its page-aligned end)."""
+        req.refresh_fill_ids()  # the fill ids lag output_ids until the next prepare_for_decode
+        self.checkpoint(req, up_to=computed)
+
+    def release_swa_prefix_lock(self, req: "Req") -> None:
+        """Release the SWA part of ``req.lock`` only once the request left the window of the
+        island it locks: ``island_out_of_window(L, cache_protected_len, w, p)``.
+
+        Also answers main's ``SGLANG_OPT_RELEASE_PREFILL_SWA`` (``maybe_evict_swa``), which counts
+        decode batches since the prefill: under islands the lock may be a decode island's taken
+        a step ago, whose window the request still reads."""
+        window = (self.swa_retain_window or 0) + 1
+        if island_out_of_window(computed_len(req), req.kv.cache_protected_len, window,
+                                self.page_size):
+            super().release_swa_prefix_lock(req)
