@@ -52,12 +52,13 @@ set -euo pipefail
 
 # ---- knobs --------------------------------------------------------------------------------------
 # The engine tests, in this order (after the module's own, see FIRST_TESTS); missing files are skipped.
-TESTS="test/engine/test_chunk_islands.py test/engine/test_decode_islands.py test/engine/test_prefix_reuse.py test/engine/test_island_metrics.py test/engine/test_guard.py test/engine/test_island_formulas.py test/tools/test_bench_swa_hold.py"
+TESTS="test/engine/test_chunk_islands.py test/engine/test_decode_islands.py test/engine/test_prefix_reuse.py test/engine/test_queued_hits.py test/engine/test_eviction_cost.py test/engine/test_island_metrics.py test/engine/test_guard.py test/engine/test_island_formulas.py test/tools/test_bench_swa_hold.py"
 PYTEST_ARGS='-x -q -p no:cacheprovider -m "not server"'
 MODULE_GLOB="python/sglang/srt/mem_cache/swa_island_*.py"
 # Per module, the tests that exercise it most directly go first: same tests, same kills, but -x
 # stops at the first failure sooner. Key: the module's file stem.
 declare -A FIRST_TESTS=(
+  [swa_island_eviction]="test/engine/test_eviction_cost.py test/engine/test_queued_hits.py test/engine/test_prefix_reuse.py"
   [swa_island_formulas]="test/engine/test_island_formulas.py test/engine/test_guard.py"
   [swa_island_guard]="test/engine/test_guard.py test/engine/test_island_formulas.py"
   [swa_island_radix_cache]="test/engine/test_island_formulas.py test/engine/test_chunk_islands.py test/engine/test_decode_islands.py test/engine/test_prefix_reuse.py"

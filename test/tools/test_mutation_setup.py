@@ -20,6 +20,8 @@ ENGINE_TESTS = [
     "test/engine/test_chunk_islands.py",
     "test/engine/test_decode_islands.py",
     "test/engine/test_prefix_reuse.py",
+    "test/engine/test_queued_hits.py",
+    "test/engine/test_eviction_cost.py",
     "test/engine/test_island_metrics.py",
     "test/engine/test_guard.py",
     "test/engine/test_island_formulas.py",
