@@ -142,6 +142,16 @@ class EvictionClasses:
         if len(heap) > 2 * self._size[cls] + 64:
             self._compact(cls)
 
+    def uncover(self, node: TreeNode, only_unfiled: bool = False) -> None:
+        """File ``node`` as :data:`COLD` (its cover may be gone), unless it is COLD already (its
+        entry stays; its order is corrected lazily) or, with ``only_unfiled``, filed at all.
+        Not for a node a :meth:`walk` has just yielded (its entry is out of the heap until the
+        caller files it)."""
+        old = getattr(node, "evict_class", None)
+        if old == COLD or (only_unfiled and old is not None):
+            return
+        self.place(node, COLD)
+
     def drop(self, node: TreeNode) -> None:
         """``node`` has no class any more (left the list, or is SWA-locked)."""
         old = getattr(node, "evict_class", None)

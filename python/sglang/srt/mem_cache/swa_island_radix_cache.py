@@ -442,9 +442,9 @@ class SWAIslandRadixCache(SWARadixCache):
         """
         keep = keep or self._keep_all()
         window = self.sliding_window_size
-        run, node = len(x.value), x.parent
+        run, node = x.value.numel(), x.parent
         while run < window and node is not self.root_node and not node.swa_tombstone:
-            run += len(node.value)
+            run += node.value.numel()
             node = node.parent
         to_root = run < window and node is self.root_node
         tail = 0
@@ -452,9 +452,9 @@ class SWAIslandRadixCache(SWARadixCache):
         while stack:
             n, below = stack.pop()
             if self._is_match_end(n, keep) and (to_root or run + below >= window):
-                tail = max(tail, min(len(x.value), window - below))
+                tail = max(tail, min(x.value.numel(), window - below))
             for child in n.children.values():
-                d = below + len(child.value)
+                d = below + child.value.numel()
                 if d < window and not child.swa_tombstone:
                     stack.append((child, d))
         return tail
@@ -466,9 +466,9 @@ class SWAIslandRadixCache(SWARadixCache):
         if tail == 0:
             return x
         tail = -(-tail // self.page_size) * self.page_size
-        if tail >= len(x.value):
+        if tail >= x.value.numel():
             return None
-        self._split_node(x.key, x, len(x.value) - tail)
+        self._split_node(x.key, x, x.value.numel() - tail)
         return x.parent
 
     def _keep_all(self) -> Keep:
@@ -538,12 +538,12 @@ class SWAIslandRadixCache(SWARadixCache):
         cover ``x``. Example: window_left 32, page 1, x of 20 tokens: a leaf 10 tokens below it
         covers it (32 - 10 >= 20), one 13 tokens below does not.
         """
-        window, page, need = self.sliding_window_size, self.page_size, len(x.value)
+        window, page, need = self.sliding_window_size, self.page_size, x.value.numel()
         if -(-window // page) * page < need:
             return COLD  # longer than a window: no window covers all of it
         run, node = need, x.parent
         while run < window and node is not self.root_node and not node.swa_tombstone:
-            run += len(node.value)
+            run += node.value.numel()
             node = node.parent
         to_root = run < window and node is self.root_node
         best = COLD
@@ -555,7 +555,7 @@ class SWAIslandRadixCache(SWARadixCache):
                 if best == QUEUED:
                     return best
             for child in n.children.values():
-                d = below + len(child.value)
+                d = below + child.value.numel()
                 if -(-(window - d) // page) * page >= need and not child.swa_tombstone:
                     stack.append((child, d))
         return best
@@ -573,8 +573,11 @@ class SWAIslandRadixCache(SWARadixCache):
             if below >= window:
                 break
             if in_list(node):
-                self._classes.place(node, self._protection(node) if verify else COLD)
-            below += len(node.value)
+                if verify:
+                    self._classes.place(node, self._protection(node))
+                else:
+                    self._classes.uncover(node)
+            below += node.value.numel()
             node = node.parent
 
     def _unverify_below(self, a: TreeNode) -> None:
@@ -582,17 +585,17 @@ class SWAIslandRadixCache(SWARadixCache):
         descendants whose own live run reached ``a`` within a window (their windows, or the one
         above them, crossed ``a``)."""
         window = self.sliding_window_size
-        stack = [(c, len(c.value)) for c in a.children.values()]
+        stack = [(c, c.value.numel()) for c in a.children.values()]
         while stack:
             n, d = stack.pop()
             if d >= window or n.swa_tombstone:
                 continue
             self._classes.place(n, self._protection(n))
-            stack.extend((c, d + len(c.value)) for c in n.children.values())
+            stack.extend((c, d + c.value.numel()) for c in n.children.values())
 
     def _tombstone_swa(self, x: TreeNode) -> None:
         super()._tombstone_swa(x)
-        self._unverify_above(x.parent, len(x.value), verify=True)
+        self._unverify_above(x.parent, x.value.numel(), verify=True)
         self._unverify_below(x)
 
     def _add_new_node(self, parent: TreeNode, key, value, swa_tombstone: bool = False):
@@ -634,17 +637,18 @@ class SWAIslandRadixCache(SWARadixCache):
         self._file_released(released)
 
     def _file_released(self, released: List[TreeNode]) -> None:
-        """Nodes whose SWA lock was just released (deepest first, one contiguous path): each live
-        one is filed as COLD; where the lock was what made a node a match end, the nodes its
-        window covered may have lost their cover. A node still a leaf, junction or island end
-        keeps its category, and the nodes above it their covers. A leaf that upstream freed on
-        release (``dec_swa_lock_only`` without ``keep_leaf_live``) took its window with it."""
+        """Nodes whose SWA lock was just released (deepest first, one contiguous path): a live one
+        that a pass dropped while it was locked is filed as COLD; where the lock was what made a
+        node a match end, the nodes its window covered (itself included) may have lost their
+        cover and are filed as COLD. A node still a leaf, junction or island end keeps its
+        category, and the nodes it covers their classes. A leaf that upstream freed on release
+        (``dec_swa_lock_only`` without ``keep_leaf_live``) took its window with it."""
         lost = []
         for n in released:
             if n.swa_tombstone:
-                self._unverify_above(n.parent, len(n.value))
+                self._unverify_above(n.parent, n.value.numel())
                 continue
-            self._classes.place(n, COLD)
+            self._classes.uncover(n, only_unfiled=True)
             if self._category(n) < WINDOW:
                 lost.append(n)
         for n in lost:
@@ -664,7 +668,7 @@ class SWAIslandRadixCache(SWARadixCache):
             return
         end, keep = 0, self._keep_all()
         for node in self._path(last_node):
-            start, end = end, end + len(node.value)
+            start, end = end, end + node.value.numel()
             if start >= frontier:
                 break
             if node.swa_tombstone or node.swa_lock_ref > 0:
@@ -676,7 +680,7 @@ class SWAIslandRadixCache(SWARadixCache):
             head = self._cold_head(node, keep)
             if head is not None:
                 self._tombstone_swa(head)
-                self.stats.freed_at_commit += len(head.value)
+                self.stats.freed_at_commit += head.value.numel()
 
     def _evict_swa(self, swa_num_tokens: int):
         """The passes of :meth:`_passes`, each over nodes in least recently used order; then
@@ -789,7 +793,7 @@ class SWAIslandRadixCache(SWARadixCache):
         locked = 0
         if req.last_node is not None and not req.swa_prefix_lock_released:
             locked = sum(
-                len(n.value) for n in self.swa_lock_range(req.last_node, req.swa_uuid_for_lock)
+                n.value.numel() for n in self.swa_lock_range(req.last_node, req.swa_uuid_for_lock)
             )
         own_from = max(req.cache_protected_len, req.swa_evicted_seqlen)
         return locked + max(0, req.kv_allocated_len - own_from)
@@ -833,6 +837,6 @@ class SWAIslandRadixCache(SWARadixCache):
         """Where the live run of tree nodes ending at ``req.cache_protected_len`` starts."""
         pos, node = req.cache_protected_len, req.last_node
         while node is not None and node is not self.root_node and not node.swa_tombstone:
-            pos -= len(node.value)
+            pos -= node.value.numel()
             node = node.parent
         return pos
