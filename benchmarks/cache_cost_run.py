@@ -109,9 +109,20 @@ def time_matches(tree, probes: Probes, reps: int) -> Dict[str, Dict[str, Any]]:
     return out
 
 
+def path_nodes(tree, nodes) -> float:
+    """Mean number of nodes from the root (exclusive) to each of ``nodes``: what a lock, a match
+    or an MRU reset of a path walks (islands split a transcript's path at its islands)."""
+    total = 0
+    for x in nodes:
+        while x is not tree.root_node:
+            total += 1
+            x = x.parent
+    return round(total / max(1, len(nodes)), 2)
+
+
 def time_locks(tree, probes: Probes, reps: int) -> Dict[str, Dict[str, Any]]:
     """``lock_inc`` / ``lock_dec`` and ``match_lock`` on the ends of cached transcripts (each
-    lock released before the next)."""
+    lock released before the next); ``path_nodes``: the mean path length of those ends."""
     from sglang.srt.mem_cache.base_prefix_cache import DecLockRefParams, MatchPrefixParams
     from sglang.srt.mem_cache.radix_cache import RadixKey
 
@@ -127,7 +138,8 @@ def time_locks(tree, probes: Probes, reps: int) -> Dict[str, Dict[str, Any]]:
         res = []
         mlock.append(timed_us(lambda: res.append(tree.inc_match_lock_ref(node))))
         tree.dec_lock_ref(node, DecLockRefParams(swa_uuid_for_lock=res[0].swa_uuid_for_lock))
-    return {"lock_inc": summary(inc), "lock_dec": summary(dec), "match_lock": summary(mlock)}
+    return {"lock_inc": summary(inc), "lock_dec": summary(dec), "match_lock": summary(mlock),
+            "path_nodes": path_nodes(tree, nodes)}
 
 
 def queue_requests(sched, keys: List[List[int]], prefix: str) -> List[Any]:
@@ -221,7 +233,9 @@ def measure_size(arm: str, shape: Shape, n_clients: int, seed: int, reps: Reps,
     ops.update(time_evictions(built, nocold, shape.window, reps.evict, "nocold"))
     probes = Probes(built.traffic, built.rows, seed)
     ops.update(time_matches(tree, probes, reps.op))
-    ops.update(time_locks(tree, probes, reps.op))
+    locks = time_locks(tree, probes, reps.op)
+    facts["path_nodes"] = locks.pop("path_nodes")
+    ops.update(locks)
     ops.update(time_queued_hook(built, probes, reps.queued))
     ops.update(run_probes(built, probes))
     if not ARMS[arm]["islands"]:

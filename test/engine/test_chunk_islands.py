@@ -411,9 +411,11 @@ def test_double_frees_are_structurally_impossible(page):
 @pytest.mark.parametrize("page", [1, 16])
 def test_allocator_page_free_matches_upstream_free_swa(page, need_sort):
     """``SWATokenToKVPoolAllocator.free_swa_pages`` leaves the allocator exactly as
-    ``free_swa`` does (same free pages in the same list, same mapping), on live whole pages."""
+    ``free_swa`` does (same free pages in the same list, same mapping), on live whole pages; so
+    do several calls in one free group (``swa_free_group_begin/end``, an eviction's frees),
+    which hand the pages to the free list only at the group's end."""
     states = []
-    for ours in (False, True):
+    for mode in ("free_swa", "pages", "grouped"):
         stack = build_stack(window=32, page=page, chunk=128, islands=False, need_sort=need_sort)
         alloc = stack.allocator
         sched = MiniScheduler(stack)
@@ -421,15 +423,26 @@ def test_allocator_page_free_matches_upstream_free_swa(page, need_sort):
         sched.step()
         row = stack.req_to_token_pool.req_to_token[r.req_pool_idx, : 96].to(torch.int64)
         span = row[16:80]
-        if ours:
+        sub = alloc.swa_attn_allocator
+        if mode == "pages":
             assert alloc.free_swa_pages(span[::page].clone()) == 64
+        elif mode == "grouped":
+            available = alloc.swa_available_size()
+            alloc.swa_free_group_begin()
+            with pytest.raises(AssertionError, match="nest"):
+                alloc.swa_free_group_begin()
+            assert alloc.free_swa_pages(span[: 32 : page].clone()) == 32
+            assert alloc.free_swa_pages(span[32::page].clone()) == 32
+            assert alloc.swa_available_size() == available  # not on the free list yet
+            alloc.swa_free_group_end()
+            assert alloc.swa_available_size() == available + 64
         else:
             alloc.free_swa(span)
-        sub = alloc.swa_attn_allocator
         states.append((sorted(sub.free_pages.tolist()), sorted(sub.release_pages.tolist()),
                        alloc.full_to_swa_index_mapping.clone()))
-    assert states[0][:2] == states[1][:2]
-    assert torch.equal(states[0][2], states[1][2])
+    for other in states[1:]:
+        assert states[0][:2] == other[:2]
+        assert torch.equal(states[0][2], other[2])
 
 
 # ---- randomized ---------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ def test_quick_writes_every_cell_json_md_and_plot(tmp_path):
                     assert facts["tokens_cached"] >= facts["swa_tokens_live"] > 0
                     assert facts["nodes"] >= facts["live_swa_nodes"] > 0
                 assert r["facts"]["build_evictions"] == 0  # the pools hold the whole build
+                assert r["facts"]["path_nodes"] >= 1  # the probed transcript ends are cached
         for q in preset.queue:
             ops = result["queue_sweep"][arm][str(q)]["ops"]
             assert set(ops) == set(report.QUEUE_OPS), (arm, q)
@@ -62,7 +63,8 @@ def test_quick_writes_every_cell_json_md_and_plot(tmp_path):
         for arm in run.ARM_ORDER:
             assert tokens == [result["size_sweep"][arm][str(w)][str(n)]["facts"]["tokens_cached"]
                               for n in sizes]
-    assert {r["verdict"] for r in result["analysis"]["size"]} <= {"PASS", "FAIL", "note", "n/a"}
+    assert {r["verdict"] for r in result["analysis"]["size"]} <= {"PASS", "FAIL", "note", "n/a",
+                                                                   "per node"}
     md = (tmp_path / "cache_cost.md").read_text()
     assert result["command"] in md and "## Window 32" in md and "## Waiting queue" in md
     assert "| evict_64_nocold | 512 |" in md
@@ -105,6 +107,10 @@ def test_summary_and_slope():
     assert report._verdict("evict_64_nocold", [1.0, 1.1], 0.5, 0.0) == "FAIL"
     assert report._verdict("evict_64_nocold", [1.0, 1.1], 0.1, 0.0) == "PASS"
     assert report._verdict("on_request_queued", [100.0], 0.0, 0.0) == "note"
+    # above the limit, within it per path node: named as such; a steeper curve still fails
+    assert report._verdict("lock_inc", [1.0, 1.8], 0.0, 0.0, [0.9, 1.1]) == "per node"
+    assert report._verdict("lock_inc", [1.0, 1.8], 0.0, 0.0, [0.9, 1.3]) == "FAIL"
+    assert report._verdict("lock_inc", [1.0, 1.8], 0.5, 0.0, [0.9, 1.1]) == "FAIL"
 
 
 def test_help_explains_the_sweeps(capsys):

@@ -71,7 +71,9 @@ class StampedLRUList(LRUList):
     touched by a match is ordered as the list orders it. Example: leaf, parent, grandparent reset
     after epoch 7 -> (8, 0), (8, -1), (8, -2), all after every node of epochs <= 7.
 
-    ``classes``: told when a node enters the list (:data:`COLD`) and when it leaves (no class).
+    ``classes``: told when a node enters the list (:data:`COLD`), moves in it (same class, new
+    place) and leaves it (no class), so a class's heap is in list order without corrections at
+    eviction time: a move costs one heap push, paid by the match or commit that moved the node.
     """
 
     def __init__(self, classes: "EvictionClasses"):
@@ -87,6 +89,9 @@ class StampedLRUList(LRUList):
         else:
             epoch, rank = old_node.swa_order
             new_node.swa_order = (epoch, rank - 1)
+        cls = getattr(new_node, "evict_class", None)
+        if cls is not None:  # a move: the node's entry follows it
+            self.classes.place(new_node, cls)
 
     def insert_mru(self, node: TreeNode) -> None:
         super().insert_mru(node)
@@ -101,9 +106,9 @@ class EvictionClasses:
     """Live nodes of the SWA LRU list filed by eviction class, each class in list order.
 
     Entries are ``(swa_order, node.id, version, weakref(node))``; a node's ``evict_class`` and
-    ``evict_version`` say which entry is current. Moving in the list changes only
-    ``swa_order`` (O(1)); an entry whose order is stale is re-filed when it reaches the top of its
-    heap. Holds no strong reference to a node.
+    ``evict_version`` say which entry is current (every re-filing, a move in the list included,
+    makes the previous one stale; stale entries are dropped when they reach the top of their heap
+    or at compaction). Holds no strong reference to a node.
     """
 
     def __init__(self):
@@ -144,7 +149,7 @@ class EvictionClasses:
 
     def uncover(self, node: TreeNode, only_unfiled: bool = False) -> None:
         """File ``node`` as :data:`COLD` (its cover may be gone), unless it is COLD already (its
-        entry stays; its order is corrected lazily) or, with ``only_unfiled``, filed at all.
+        entry stays) or, with ``only_unfiled``, filed at all.
         Not for a node a :meth:`walk` has just yielded (its entry is out of the heap until the
         caller files it)."""
         old = getattr(node, "evict_class", None)
@@ -199,15 +204,14 @@ class EvictionClasses:
 
     @staticmethod
     def _valid_top(heap: list) -> Optional[Tuple]:
-        """The heap's first current entry, re-filing moved nodes and dropping stale entries."""
+        """The heap's first current entry, dropping stale entries."""
         while heap:
             order, node_id, version, ref = heap[0]
             node = ref()
             if node is None or node.evict_version != version:
                 heapq.heappop(heap)
-            elif node.swa_order != order:
-                heapq.heapreplace(heap, (node.swa_order, node_id, version, ref))
             else:
+                assert node.swa_order == order, f"node {node_id} moved without being re-filed"
                 return heap[0]
         return None
 

@@ -683,6 +683,16 @@ class SWAIslandRadixCache(SWARadixCache):
                 self.stats.freed_at_commit += head.value.numel()
 
     def _evict_swa(self, swa_num_tokens: int):
+        """Evict at least ``swa_num_tokens`` SWA tokens (:meth:`_evict_passes`), the SWA pages it
+        frees returned to the free list in one group."""
+        alloc = self.token_to_kv_pool_allocator
+        alloc.swa_free_group_begin()
+        try:
+            return self._evict_passes(swa_num_tokens)
+        finally:
+            alloc.swa_free_group_end()
+
+    def _evict_passes(self, swa_num_tokens: int) -> Tuple[int, int]:
         """The passes of :meth:`_passes`, each over nodes in least recently used order; then
         everything else in upstream's LRU order. An eviction of at least all evictable SWA
         (``/flush_cache``-like, or a pool that needs everything) keeps nothing, so it goes straight
