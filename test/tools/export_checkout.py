@@ -94,6 +94,29 @@ def am_series(root: Path, exported: Path, bases: Mapping[str, str]):
     return applied
 
 
+def assert_applied_as_exported(root: Path, applied, exported: Path) -> None:
+    """Every series applied with ``git am`` and ends on the tree of the export's own branch."""
+    for series, r in applied.items():
+        assert r.returncode == 0, f"{series} does not apply with git am:\n{r.stdout}{r.stderr}"
+        mine = git(root, "rev-parse", f"{series}^{{tree}}").stdout
+        theirs = git(exported / "repo", "rev-parse", f"{series}^{{tree}}").stdout
+        assert mine == theirs, series
+
+
+def assert_commits_import(root: Path, bases: Mapping[str, str]) -> int:
+    """Every commit of every series compiles and imports only what its tree has (the export's own
+    static check, run again on the applied checkout); returns the number of commits."""
+    from patches_imports import check_commit  # scripts/ is on sys.path once patches.py loaded
+
+    n = 0
+    for series, base in bases.items():
+        for c in git(root, "rev-list", "--reverse", f"{base}..{series}").stdout.split():
+            subject = git(root, "log", "-1", "--format=%s", c).stdout
+            assert check_commit(root, c) == [], (series, subject)
+            n += 1
+    return n
+
+
 def added_tests(root: Path, rng: str) -> List[str]:
     """The ``test_*`` files a revision range adds under ``test/``."""
     added = git(root, "diff", "--name-only", "--diff-filter=A", rng, "--", "test").stdout.split()
