@@ -412,7 +412,8 @@ def islands_order(patches: List[Path], target: ExportTarget) -> List[str]:
     return [slug(p) for p in patches if slug(p) not in target.fixes.values()]
 
 
-def test_entries(order: List[str], tests: Dict[str, bytes], target: ExportTarget) -> Dict[str, str]:
+def island_test_entries(order: List[str], tests: Dict[str, bytes],
+                        target: ExportTarget) -> Dict[str, str]:
     """{upstream test path: slug of the islands commit it enters with}, from the target's
     ``test_entry``: a test it does not name enters with the last commit, a helper module beside
     the tests (not ``test_*``) with the earliest test that imports it (the last commit if none)."""
@@ -442,8 +443,8 @@ def plan(patches: List[Path], overlay: Dict[str, Path],
     unplaced = sorted(set(by_slug) - set(placed))
     if unplaced or len(set(placed)) != len(placed) or set(placed) - set(by_slug):
         raise PatchesError(
-            "scripts/patches_export.py places every patch of the series once (FIXES, "
-            f"ISLANDS_ORDER); not placed: {unplaced}, "
+            "scripts/patches_export.py places every patch of the series once (the target's "
+            f"fixes and islands order: FIXES, ISLANDS_ORDER); not placed: {unplaced}, "
             f"placed but not in the series: {sorted(set(placed) - set(by_slug))}")
     out: Dict[str, List[Step]] = {}
     for series, name in target.fixes.items():
@@ -464,7 +465,7 @@ def plan(patches: List[Path], overlay: Dict[str, Path],
         first = next(n for n in order if n in entries)
         enters = {t: first for t in tests}
     else:
-        enters = test_entries(order, tests, target)
+        enters = island_test_entries(order, tests, target)
     steps = []
     for name in order:
         step = Step(patch_message(by_slug[name]), by_slug[name], sources=[by_slug[name]])
