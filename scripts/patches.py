@@ -27,7 +27,9 @@ Subcommands:
                       (git format-patch, deterministic output)
   export DIR          the series as upstream would receive it: three stand-alone fix series
                       with regression tests and the islands series with our modules and
-                      tests, as git format-patch files + a cover note (scripts/patches_export.py)
+                      tests, as git format-patch files + a cover note (scripts/patches_export.py);
+                      with --target 0.5.23 the same for patches-main/series on pristine 0.5.23
+                      (two stand-alone fixes and the islands series)
 
 Editing or adding a patch:
   scripts/patches.py worktree /tmp/wt [--with python/sglang/srt/some/file.py | --all]
@@ -465,7 +467,8 @@ def _add_location_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--target", default=SGLANG_VERSION, choices=[SGLANG_VERSION, "0.5.23"],
         help="the release whose series to work on (default: %(default)s); 0.5.23 is upstream "
-        "main's islands series, patches-main/series (fetch, check, apply, status, revert)",
+        "main's islands series, patches-main/series (fetch, check, apply, status, revert, "
+        "export)",
     )
     ap.add_argument(
         "--patches-dir", default=str(DEFAULT_PATCHES), metavar="DIR",
@@ -588,10 +591,13 @@ MAIN_TARGET = "0.5.23"
 
 def run_main_target(args) -> int:
     """``--target 0.5.23``: the same subcommands on the 0.5.23 target's islands series
-    (patches-main/series, scripts/patches_main.py). Not there yet: worktree, refresh, export."""
+    (patches-main/series, scripts/patches_main.py; export: scripts/patches_export.py's 0.5.23
+    target). Not there yet: worktree, refresh."""
     import patches_main
 
-    if args.cmd in ("worktree", "refresh", "export"):
+    if args.cmd == "export":
+        return args.func(args)
+    if args.cmd in ("worktree", "refresh"):
         raise PatchesError(f"{args.cmd} does not support --target {MAIN_TARGET} yet "
                            "(docs/MAIN_DESIGN.md); edit patches-main/ by hand and run check")
     argv = [args.cmd]

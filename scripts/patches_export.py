@@ -18,6 +18,19 @@ upstream path; test/**/test_island_formulas.py is exported too. Commits carry --
 `git config user.name/email` here) and the date of the repo commit that last touched what they
 carry. The export checks every commit statically (scripts/patches_imports.py) and refuses text
 that names this repo's files (islands_harness, benchmarks/, scripts/, a README upstream lacks).
+
+`scripts/patches.py --target 0.5.23 export DIR` writes the 0.5.23 (upstream main) series the same
+way, from patches-main/series (scripts/patches_main.py's list and modules), on pristine 0.5.23:
+
+  fix-torch-native-swa-read  patches-main 0001 + its regression test    (from pristine)
+  fix-input-ids-vocab        patches-main 0002 + its regression test    (from pristine)
+  swa-islands                every other patch of patches-main/series, in the series' order; our
+                             modules (python-main/sglang/... and the shared modules patches_main
+                             installs) enter with the first patch that imports them; a test of
+                             upstream-tests-main/swa-islands/ enters with the patch MAIN_TEST_ENTRY
+                             names (one it does not name: with the series' last patch), a helper
+                             beside the tests with the first test that imports it. Based on
+                             fix-torch-native-swa-read
 """
 from __future__ import annotations
 
@@ -28,16 +41,15 @@ import tempfile
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from patches_imports import check_commit
 from patches_lib import (
-    BASE_MESSAGE,
-    BASE_TAG,
     REPO,
     SGLANG_VERSION,
     UPSTREAM_PREFIX,
     PatchesError,
+    Upstream,
     _patch_name,
     _write,
     git,
@@ -146,6 +158,171 @@ class Step:
     sources: List[Path] = field(default_factory=list)  # repo files that date the commit
 
 
+@dataclass(frozen=True)
+class ExportTarget:
+    """What the export of one release's series needs to know about it."""
+    version: str  # the pinned release the series applies to
+    upstream_tests: Path  # <series>/<upstream path>: the regression tests of each series
+    fixes: Dict[str, str]  # stand-alone series name -> the slug of the patch it carries
+    islands_base: str  # the fix series the islands series is based on
+    # islands commits in order (slugs); None: the series' own order without the fixes
+    islands_order: Optional[List[str]]
+    # upstream test path -> the slug of the islands commit it enters with (unnamed tests: the
+    # last commit); None: every island test enters with the first commit that adds a module
+    test_entry: Optional[Dict[str, str]]
+    rollback_cut: bool  # cut the coupled-rollback warning out of the registry commit
+    harness_tests: List[str]  # our engine tests that are not exported (cover note)
+    test_env: str  # the environment the exported tests run with on CPU
+    # the cover note: how the fixes relate to islands, the islands order (before the list of
+    # module entries), the bullets after that list, how to run the tests, what they do
+    fixes_note: str
+    order_note: str
+    order_notes: List[str]
+    running_note: str
+    test_notes: List[str]
+    # (args) -> (pristine upstream, the series' patches, {package path: our module's source})
+    load: Callable[..., Tuple[Upstream, List[Path], Dict[str, Path]]]
+
+    @property
+    def base_tag(self) -> str:
+        return f"upstream-{self.version}"
+
+    @property
+    def base_message(self) -> str:
+        return f"upstream {self.version}"
+
+
+def _load_0515(args):
+    upstream = open_upstream(args)
+    patches, _, overlay = load_series(args, upstream)
+    return upstream, patches, overlay
+
+
+def _load_main(args):
+    """patches-main/series and the modules scripts/patches_main.py installs with it (ours under
+    python-main/sglang/ and the shared ones, e.g. swa_island_formulas.py)."""
+    import patches_main
+
+    upstream = Upstream(patches_main.fetch_wheel())
+    return upstream, patches_main.series("islands"), patches_main.overlay("islands", upstream)
+
+
+TARGET_0515 = ExportTarget(
+    version=SGLANG_VERSION,
+    upstream_tests=UPSTREAM_TESTS,
+    fixes=FIXES,
+    islands_base=ISLANDS_BASE,
+    islands_order=ISLANDS_ORDER,
+    test_entry=None,
+    rollback_cut=True,
+    harness_tests=HARNESS_TESTS,
+    test_env=TEST_ENV,
+    fixes_note=(
+        "- The three fixes are upstream bug fixes independent of islands, each a PR of its own "
+        "with its regression test. The islands series does not contain them; it is based on "
+        f"`{ISLANDS_BASE}`, without which the CPU (torch_native) server reads sliding-window KV "
+        "with full-pool slot ids and crashes on any hybrid SWA model. It does not need the other "
+        "two fixes."),
+    order_note=(
+        "- Islands order: the named `SWARadixCache` steps, the allocator method and the scheduler, "
+        "metrics, admission and queue hooks first (each a no-op for existing caches), then the "
+        "flags, the cache parameters and the registry that builds `SWAIslandRadixCache`. Every "
+        "commit imports only what exists: our modules enter with the first patch that imports "
+        "them:"),
+    order_notes=[
+        "- The coupled-rollback warning (without islands, a lowered `--swa-full-tokens-ratio` "
+        "that binds `SWARadixCache` admission) is cut out of the registry patch into the "
+        "series' last commit: it changes what stock deployments log. Before it, the pool checks "
+        "run only under `--enable-swa-islands`.",
+    ],
+    running_note=(
+        f"On a checkout with a series applied: `{TEST_ENV} python -m pytest <test files> -q` "
+        "(CPU: `SGLANG_USE_CPU_ENGINE=1` as in sglang's CPU image; `TRITON_INTERPRET=1` for the "
+        "page-size-16 case, whose paged allocator launches Triton kernels on CPU tensors; without "
+        "it that case is skipped). No test loads weights or starts a server."),
+    test_notes=[
+        "- `fix-dflash-swa-evictor`: the test runs DFLASH's real `prepare_for_decode` and the "
+        "real SWA evictor on a real hybrid pool and `SWARadixCache`, on CPU; no drafter runs "
+        "(DFLASH end to end needs a GPU drafter and is not tested here).",
+        "- `swa-islands`: `test_swa_island_formulas.py` is our formula test as it is; "
+        "`test_swa_island_radix_cache.py` and `test_swa_ratio_rollback_warning.py` build the "
+        "real stack with `create_tree_cache` (`swa_islands_stack.py` beside them) and drive "
+        "one request's chunked prefill through `PrefillAdder` and `ScheduleBatch`.",
+    ],
+    load=_load_0515,
+)
+
+MAIN_VERSION = "0.5.23"
+MAIN_UPSTREAM_TESTS = REPO / "upstream-tests-main"
+MAIN_FIXES = {  # series name -> the patches-main patch it carries
+    "fix-torch-native-swa-read": "harness-only-torch-native-translate-swa-kv-reads",
+    "fix-input-ids-vocab": "tokenizer-manager-refuse-input-ids-outside-the-vocab",
+}
+_MAIN_UNIT = "test/registered/unit/"
+# Each island test of the 0.5.23 series enters with the patch it tests (a test not named here:
+# with the series' last patch; a helper beside the tests: with the first test that imports it).
+MAIN_TEST_ENTRY = {
+    _MAIN_UNIT + "arg_groups/test_swa_islands_args.py":
+        "server-args-enable-swa-islands-swa-islands-reclaim-s",
+    _MAIN_UNIT + "mem_cache/test_swa_island_formulas.py":
+        "server-args-enable-swa-islands-swa-islands-reclaim-s",
+    _MAIN_UNIT + "mem_cache/test_swa_island_unified_radix_cache.py":
+        "registry-build-swaislandunifiedradixcache-under-enab",
+    _MAIN_UNIT + "mem_cache/test_unified_radix_cache_swa_commit.py":
+        "registry-build-swaislandunifiedradixcache-under-enab",
+    _MAIN_UNIT + "managers/test_decode_progress_hook.py":
+        "scheduler-tell-the-tree-cache-about-decode-progress",
+    _MAIN_UNIT + "mem_cache/test_swa_island_decode_islands.py":
+        "scheduler-tell-the-tree-cache-about-decode-progress",
+}
+
+TARGET_MAIN = ExportTarget(
+    version=MAIN_VERSION,
+    upstream_tests=MAIN_UPSTREAM_TESTS,
+    fixes=MAIN_FIXES,
+    islands_base="fix-torch-native-swa-read",
+    islands_order=None,
+    test_entry=MAIN_TEST_ENTRY,
+    rollback_cut=False,
+    harness_tests=[],
+    test_env="SGLANG_USE_CPU_ENGINE=1",
+    fixes_note=(
+        "- The two fixes are upstream bug fixes independent of islands, each a PR of its own with "
+        "its regression test. The islands series does not contain them; it is based on "
+        "`fix-torch-native-swa-read`, without which the CPU (torch_native) server reads "
+        "sliding-window KV with full-pool slot ids and crashes on any hybrid SWA model. It does "
+        "not need the other fix."),
+    order_note=(
+        "- Islands order: the flags and their resolution step first, then the cache parameters, "
+        "the registry that builds `SWAIslandUnifiedRadixCache`, then the scheduler hooks the "
+        "cache answers (each a no-op for every other cache). Every commit imports only what "
+        "exists: our modules enter with the first patch that imports them:"),
+    order_notes=[
+        "- Islands live in the controller: a `UnifiedRadixCache` subclass that uses only what "
+        "both tree cores already answer (`insert`/`checkpoint`, `lock`/`release_swa`, `evict`), "
+        "so they run on the default Rust tree core and on the Python core alike. No "
+        "`TreeComponent` subclass, no tree-core method, no change to the Rust core.",
+        "- Our modules enter whole, as the series' tip has them: the island cache's "
+        "`on_decode_progress` override, for instance, enters with the registry commit and is "
+        "called once the scheduler hook's commit adds the call.",
+        "- Each test enters with the patch it tests (listed under each series above).",
+    ],
+    running_note=(
+        "On a checkout with a series applied: `SGLANG_USE_CPU_ENGINE=1 python -m pytest "
+        "<test files> -q` (CPU, as in sglang's CPU image). No test loads weights or starts a "
+        "server."),
+    test_notes=[
+        "- `swa-islands`: `test_swa_island_formulas.py` is our formula test as it is (the "
+        "formulas are shared with the same series for 0.5.15); the `mem_cache` tests build the "
+        "SWA stack themselves (`swa_islands_stack.py` beside them; the unified radix cache kit "
+        "imports `sglang.test.test_utils`, which needs the benchmark extras) and run once per "
+        "tree core (`python`, `rust`).",
+    ],
+    load=_load_main,
+)
+TARGETS = {TARGET_0515.version: TARGET_0515, TARGET_MAIN.version: TARGET_MAIN}
+
+
 def _wrap(paragraph: str, width: int = 72) -> str:
     return "\n".join(textwrap.wrap(paragraph, width, break_on_hyphens=False)) + "\n"
 
@@ -173,9 +350,9 @@ def patch_message(patch: Path) -> str:
     return subject + "\n" + (f"\n{body}\n" if body else "")
 
 
-def upstream_tests(series: str) -> Dict[str, Path]:
-    """upstream-tests/<series>/**: {upstream path: source}."""
-    root = UPSTREAM_TESTS / series
+def upstream_tests(series: str, target: Optional[ExportTarget] = None) -> Dict[str, Path]:
+    """upstream-tests/<series>/** (the target's directory): {upstream path: source}."""
+    root = (target or TARGET_0515).upstream_tests / series
     if not root.is_dir():
         return {}
     return {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*"))
@@ -228,42 +405,77 @@ def module_entries(steps: List[Tuple[str, Path]], overlay: Dict[str, Path]) -> D
     return entries
 
 
-def plan(patches: List[Path], overlay: Dict[str, Path]) -> Dict[str, List[Step]]:
-    """{series: its commits}, fixes first; the islands' registry step is split later."""
+def islands_order(patches: List[Path], target: ExportTarget) -> List[str]:
+    """Slugs of the islands commits, in order."""
+    if target.islands_order is not None:
+        return list(target.islands_order)
+    return [slug(p) for p in patches if slug(p) not in target.fixes.values()]
+
+
+def island_test_entries(order: List[str], tests: Dict[str, bytes],
+                        target: ExportTarget) -> Dict[str, str]:
+    """{upstream test path: slug of the islands commit it enters with}, from the target's
+    ``test_entry``: a test it does not name enters with the last commit, a helper module beside
+    the tests (not ``test_*``) with the earliest test that imports it (the last commit if none)."""
+    named = target.test_entry or {}
+    stale = sorted(t for t in named if t not in tests)
+    unknown = sorted({n for n in named.values() if n not in order})
+    if stale or unknown:
+        raise PatchesError(
+            "scripts/patches_export.py places an island test that does not exist or with a patch "
+            f"the islands series lacks (test_entry): tests {stale}, patches {unknown}")
+    at = {t: named.get(t, order[-1]) for t in tests if Path(t).name.startswith("test_")}
+    for t in sorted(set(tests) - set(at)):
+        mod = Path(t).stem
+        users = [at[u] for u in at
+                 if re.search(rf"^\s*(from|import)\s+{re.escape(mod)}\b", tests[u].decode(), re.M)]
+        at[t] = min(users, key=order.index) if users else order[-1]
+    return at
+
+
+def plan(patches: List[Path], overlay: Dict[str, Path],
+         target: Optional[ExportTarget] = None) -> Dict[str, List[Step]]:
+    """{series: its commits}, fixes first; the islands' registry step is split later (0.5.15)."""
+    target = target or TARGET_0515
     by_slug = {slug(p): p for p in patches}
-    placed = list(FIXES.values()) + ISLANDS_ORDER
+    order = islands_order(patches, target)
+    placed = list(target.fixes.values()) + order
     unplaced = sorted(set(by_slug) - set(placed))
     if unplaced or len(set(placed)) != len(placed) or set(placed) - set(by_slug):
         raise PatchesError(
-            "scripts/patches_export.py places every patch of the series once (FIXES, "
-            f"ISLANDS_ORDER); not placed: {unplaced}, "
+            "scripts/patches_export.py places every patch of the series once (the target's "
+            f"fixes and islands order: FIXES, ISLANDS_ORDER); not placed: {unplaced}, "
             f"placed but not in the series: {sorted(set(placed) - set(by_slug))}")
     out: Dict[str, List[Step]] = {}
-    for series, name in FIXES.items():
-        tests = upstream_tests(series)
+    for series, name in target.fixes.items():
+        tests = upstream_tests(series, target)
         if not tests:
-            raise PatchesError(f"no regression test in {UPSTREAM_TESTS / series}")
+            raise PatchesError(f"no regression test in {target.upstream_tests / series}")
         msg = patch_message(by_slug[name]) + "\n" + _wrap(
             "Regression test: " + ", ".join(tests) + " (CPU).")
         out[series] = [Step(msg, by_slug[name], {t: s.read_bytes() for t, s in tests.items()},
                             [by_slug[name], *tests.values()])]
-    entries = module_entries([(n, by_slug[n]) for n in ISLANDS_ORDER], overlay)
-    tests = {t: s for t, s in upstream_tests(ISLANDS).items() if t not in ROLLBACK_TESTS}
-    first = next(n for n in ISLANDS_ORDER if n in entries)
+    entries = module_entries([(n, by_slug[n]) for n in order], overlay)
+    sources = {t: s for t, s in upstream_tests(ISLANDS, target).items() if t not in ROLLBACK_TESTS}
+    tests = {t: s.read_bytes() for t, s in sources.items()}
+    for ours, t in REPO_TESTS.items():
+        sources[t] = repo_test(ours)
+        tests[t] = with_ci_header(sources[t].read_text()).encode()
+    if target.test_entry is None:  # every test with the first commit that adds a module
+        first = next(n for n in order if n in entries)
+        enters = {t: first for t in tests}
+    else:
+        enters = island_test_entries(order, tests, target)
     steps = []
-    for name in ISLANDS_ORDER:
+    for name in order:
         step = Step(patch_message(by_slug[name]), by_slug[name], sources=[by_slug[name]])
         for rel in entries.get(name, []):
             step.files[UPSTREAM_PREFIX + rel] = overlay[rel].read_bytes()
             step.sources.append(overlay[rel])
-        if name == first:
-            for t, s in tests.items():
-                step.files[t] = s.read_bytes()
-                step.sources.append(s)
-            for ours, t in REPO_TESTS.items():
-                src = repo_test(ours)
-                step.files[t] = with_ci_header(src.read_text()).encode()
-                step.sources.append(src)
+        for t in tests:
+            if enters[t] == name:
+                step.files[t] = tests[t]
+                step.sources.append(sources[t])
         if step.files:
             step.message += "\n" + _wrap("New files: " + ", ".join(step.files) + ".")
         steps.append(step)
@@ -364,15 +576,16 @@ def run_git(repo: Path, *args: str, ident=None, date=None, stdin=None) -> str:
     return r.stdout
 
 
-def init_pristine(repo: Path, upstream) -> None:
+def init_pristine(repo: Path, upstream, target: Optional[ExportTarget] = None) -> None:
+    target = target or TARGET_0515
     repo.mkdir(parents=True)
     run_git(repo, "init", "-q")
     run_git(repo, "symbolic-ref", "HEAD", "refs/heads/main")
     for rel in upstream.files():
         _write(repo / UPSTREAM_PREFIX / rel, upstream.read(rel), upstream.mode(rel))
     run_git(repo, "add", "-A")
-    run_git(repo, "commit", "-q", "-m", BASE_MESSAGE)
-    run_git(repo, "tag", BASE_TAG)
+    run_git(repo, "commit", "-q", "-m", target.base_message)
+    run_git(repo, "tag", target.base_tag)
 
 
 def commit_step(repo: Path, step: Step, ident, message: Optional[str] = None) -> None:
@@ -385,13 +598,15 @@ def commit_step(repo: Path, step: Step, ident, message: Optional[str] = None) ->
             date=date_of(step.sources), stdin=message or step.message)
 
 
-def build_islands(repo: Path, steps: List[Step], ident) -> None:
-    """The islands branch; the registry step is committed without the rollback warning, which
-    becomes the branch's last commit."""
-    run_git(repo, "checkout", "-q", "-b", ISLANDS, ISLANDS_BASE)
+def build_islands(repo: Path, steps: List[Step], ident,
+                  target: Optional[ExportTarget] = None) -> None:
+    """The islands branch; with ``rollback_cut`` (0.5.15) the registry step is committed without
+    the rollback warning, which becomes the branch's last commit."""
+    target = target or TARGET_0515
+    run_git(repo, "checkout", "-q", "-b", ISLANDS, target.islands_base)
     rollback = None
     for step in steps:
-        if slug(step.patch) != ROLLBACK_FROM:
+        if not target.rollback_cut or slug(step.patch) != ROLLBACK_FROM:
             commit_step(repo, step, ident)
             continue
         run_git(repo, "apply", "--index", "--whitespace=nowarn", str(step.patch.resolve()))
@@ -406,30 +621,36 @@ def build_islands(repo: Path, steps: List[Step], ident) -> None:
         msg = ROLLBACK_MESSAGE + "\n" + _wrap("Regression test: " + ", ".join(tests) + " (CPU).")
         guard_src = REPO / "python" / GUARD[len("python/"):]
         rollback = Step(msg, None, files, [step.patch, guard_src, *tests.values()])
+    if not target.rollback_cut:
+        return
     if rollback is None:
         raise PatchesError(f"no islands patch {ROLLBACK_FROM} to cut the rollback warning from")
     commit_step(repo, rollback, ident)
 
 
-def build_repo(repo: Path, upstream, steps: Dict[str, List[Step]], ident) -> None:
-    init_pristine(repo, upstream)
-    for series in FIXES:
+def build_repo(repo: Path, upstream, steps: Dict[str, List[Step]], ident,
+               target: Optional[ExportTarget] = None) -> None:
+    target = target or TARGET_0515
+    init_pristine(repo, upstream, target)
+    for series in target.fixes:
         run_git(repo, "checkout", "-q", "-b", series, "main")
         for step in steps[series]:
             commit_step(repo, step, ident)
-    build_islands(repo, steps[ISLANDS], ident)
+    build_islands(repo, steps[ISLANDS], ident, target)
     run_git(repo, "checkout", "-q", "main")
 
 
-def series_base(series: str) -> str:
-    return ISLANDS_BASE if series == ISLANDS else "main"
+def series_base(series: str, target: Optional[ExportTarget] = None) -> str:
+    return (target or TARGET_0515).islands_base if series == ISLANDS else "main"
 
 
-def check_branches(repo: Path) -> int:
+def check_branches(repo: Path, target: Optional[ExportTarget] = None) -> int:
     """Static check of every commit of every exported branch; returns the number checked."""
+    target = target or TARGET_0515
     problems, n = [], 0
-    for series in [*FIXES, ISLANDS]:
-        for c in run_git(repo, "rev-list", "--reverse", f"{series_base(series)}..{series}").split():
+    for series in [*target.fixes, ISLANDS]:
+        rng = f"{series_base(series, target)}..{series}"
+        for c in run_git(repo, "rev-list", "--reverse", rng).split():
             n += 1
             subject = run_git(repo, "log", "-1", "--format=%s", c).strip()
             problems += [f"{series} '{subject}': {p}" for p in check_commit(repo, c, git_env())]
@@ -450,13 +671,15 @@ def leaks(text: str) -> List[str]:
     return [l for l in lines if LEAKS.search(l)]
 
 
-def write_series(repo: Path, out: Path, series: str) -> List[str]:
+def write_series(repo: Path, out: Path, series: str,
+                 target: Optional[ExportTarget] = None) -> List[str]:
+    target = target or TARGET_0515
     dest = out / series
     with tempfile.TemporaryDirectory(prefix="patches-export-fp-") as tmp:
         run_git(repo, "-c", "core.abbrev=12", "-c", "diff.noprefix=false",
                 "-c", "diff.mnemonicPrefix=false", "format-patch", "--quiet", "--zero-commit",
                 "--no-signature", "--no-thread", "--no-renames", "--no-binary", "--stat=72",
-                "-o", tmp, f"{series_base(series)}..{series}")
+                "-o", tmp, f"{series_base(series, target)}..{series}")
         dest.mkdir(parents=True)
         names, bad = [], []
         for f in sorted(Path(tmp).glob("*.patch")):
@@ -468,8 +691,8 @@ def write_series(repo: Path, out: Path, series: str) -> List[str]:
     if bad:
         raise PatchesError("exported text names files of this repo that upstream lacks:\n  "
                            + "\n  ".join(bad))
-    base = ("pristine sglang==%s" % SGLANG_VERSION if series != ISLANDS else
-            f"pristine sglang=={SGLANG_VERSION} + the {ISLANDS_BASE} series")
+    base = (f"pristine sglang=={target.version}" if series != ISLANDS else
+            f"pristine sglang=={target.version} + the {target.islands_base} series")
     (dest / "series").write_text(
         f"# {series}: {len(names)} patch(es) on {base}, in this order (git am).\n"
         "# Written by `scripts/patches.py export`; see ../README.md.\n"
@@ -477,75 +700,59 @@ def write_series(repo: Path, out: Path, series: str) -> List[str]:
     return names
 
 
-def _subjects(repo: Path, series: str) -> List[str]:
-    return run_git(repo, "log", "--reverse", "--format=%s",
-                   f"{series_base(series)}..{series}").splitlines()
+def _commits(repo: Path, series: str, target: ExportTarget) -> List[str]:
+    return run_git(repo, "rev-list", "--reverse",
+                   f"{series_base(series, target)}..{series}").split()
 
 
-def _tests_added(repo: Path, series: str) -> List[str]:
-    out = run_git(repo, "diff", "--name-only", "--diff-filter=A",
-                  f"{series_base(series)}..{series}", "--", "test")
+def _tests_added(repo: Path, rng: str) -> List[str]:
+    out = run_git(repo, "diff", "--name-only", "--diff-filter=A", rng, "--", "test")
     return [t for t in out.split() if Path(t).name.startswith("test_")]
 
 
-def cover_note(repo: Path, entries: Dict[str, List[str]], names: Dict[str, List[str]]) -> str:
+def cover_note(repo: Path, entries: Dict[str, List[str]], names: Dict[str, List[str]],
+               target: Optional[ExportTarget] = None) -> str:
+    target = target or TARGET_0515
     lines = [
-        f"# SWA islands for sglang {SGLANG_VERSION}: the series for upstream", "",
-        f"Written by `scripts/patches.py export`. `repo/` holds pristine sglang {SGLANG_VERSION} "
-        f"(the package of the release wheel at `python/sglang/`, branch `main`, tag `{BASE_TAG}`) "
-        "and one branch per series; each directory below holds that branch as `git format-patch` "
-        "files and a `series` file, applied with `git am` in that order. The files under "
-        "`python/sglang/` are the wheel's; whether upstream's release tag has the same ones was "
-        "not checked here.", "",
+        f"# SWA islands for sglang {target.version}: the series for upstream", "",
+        f"Written by `scripts/patches.py export`. `repo/` holds pristine sglang {target.version} "
+        "(the package of the release wheel at `python/sglang/`, branch `main`, tag "
+        f"`{target.base_tag}`) and one branch per series; each directory below holds that branch "
+        "as `git format-patch` files and a `series` file, applied with `git am` in that order. "
+        "The files under `python/sglang/` are the wheel's; whether upstream's release tag has "
+        "the same ones was not checked here.", "",
         "## Series", "",
     ]
-    for series in [*FIXES, ISLANDS]:
-        base = f"`{ISLANDS_BASE}`" if series == ISLANDS else "pristine"
+    for series in [*target.fixes, ISLANDS]:
+        base = f"`{target.islands_base}`" if series == ISLANDS else "pristine"
         lines.append(f"### `{series}/` (on {base}; {len(names[series])} patch(es))")
         lines.append("")
-        lines += [f"{i}. {s}" for i, s in enumerate(_subjects(repo, series), 1)]
+        for i, c in enumerate(_commits(repo, series, target), 1):
+            subject = run_git(repo, "log", "-1", "--format=%s", c).strip()
+            added = _tests_added(repo, f"{c}^..{c}") if target.test_entry is not None else []
+            lines.append(f"{i}. {subject}" + (" (tests: " + ", ".join(
+                f"`{Path(t).name}`" for t in added) + ")" if added else ""))
         lines.append("")
-        lines.append("Tests: " + ", ".join(f"`{t}`" for t in _tests_added(repo, series)) + ".")
+        tests = _tests_added(repo, f"{series_base(series, target)}..{series}")
+        lines.append("Tests: " + ", ".join(f"`{t}`" for t in tests) + ".")
         lines.append("")
-    lines += [
-        "## Order and dependencies", "",
-        "- The three fixes are upstream bug fixes independent of islands, each a PR of its own "
-        "with its regression test. The islands series does not contain them; it is based on "
-        f"`{ISLANDS_BASE}`, without which the CPU (torch_native) server reads sliding-window KV "
-        "with full-pool slot ids and crashes on any hybrid SWA model. It does not need the other "
-        "two fixes.",
-        "- Islands order: the named `SWARadixCache` steps, the allocator method and the scheduler, "
-        "metrics, admission and queue hooks first (each a no-op for existing caches), then the "
-        "flags, the cache parameters and the registry that builds `SWAIslandRadixCache`. Every "
-        "commit imports only what exists: our modules enter with the first patch that imports "
-        "them:",
-    ]
+    lines += ["## Order and dependencies", "", target.fixes_note, target.order_note]
     lines += [f"  - {p}: " + ", ".join(f"`python/sglang/{m}`" for m in mods)
               for p, mods in entries.items()]
     lines += [
-        "- The coupled-rollback warning (without islands, a lowered `--swa-full-tokens-ratio` "
-        "that binds `SWARadixCache` admission) is cut out of the registry patch into the "
-        "series' last commit: it changes what stock deployments log. Before it, the pool checks run only "
-        "under `--enable-swa-islands`.",
+        *target.order_notes,
         "- No help text or message names a file upstream lacks (the export refuses such text).",
         "",
         "## Running the tests", "",
-        f"On a checkout with a series applied: `{TEST_ENV} python -m pytest <test files> -q` "
-        "(CPU: `SGLANG_USE_CPU_ENGINE=1` as in sglang's CPU image; `TRITON_INTERPRET=1` for the "
-        "page-size-16 case, whose paged allocator launches Triton kernels on CPU tensors; without "
-        "it that case is skipped). No test loads weights or starts a server.", "",
-        "- `fix-dflash-swa-evictor`: the test runs DFLASH's real `prepare_for_decode` and the "
-        "real SWA evictor on a real hybrid pool and `SWARadixCache`, on CPU; no drafter runs "
-        "(DFLASH end to end needs a GPU drafter and is not tested here).",
-        "- `swa-islands`: `test_swa_island_formulas.py` is our formula test as it is; "
-        "`test_swa_island_radix_cache.py` and `test_swa_ratio_rollback_warning.py` build the "
-        "real stack with `create_tree_cache` (`swa_islands_stack.py` beside them) and drive "
-        "one request's chunked prefill through `PrefillAdder` and `ScheduleBatch`.",
-        "- Not exported: our other engine tests on the real stack need our harness (a model-free "
-        "copy of the scheduler loop, the stack builder and tree invariants): "
-        + ", ".join(f"`{t}`" for t in HARNESS_TESTS) + ".",
-        "",
+        target.running_note, "",
+        *target.test_notes,
     ]
+    if target.harness_tests:
+        lines.append(
+            "- Not exported: our other engine tests on the real stack need our harness (a "
+            "model-free copy of the scheduler loop, the stack builder and tree invariants): "
+            + ", ".join(f"`{t}`" for t in target.harness_tests) + ".")
+    lines.append("")
     out = []
     for line in lines:
         indent = re.match(r"(\s*(?:- |\d+\. )?)", line).group(1)
@@ -556,31 +763,32 @@ def cover_note(repo: Path, entries: Dict[str, List[str]], names: Dict[str, List[
 
 
 def cmd_export(args) -> int:
+    target = TARGETS[getattr(args, "target", None) or SGLANG_VERSION]
     out = Path(args.dir).resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise PatchesError(f"{out} exists and is not empty")
-    upstream = open_upstream(args)
-    patches, _, overlay = load_series(args, upstream)
+    upstream, patches, overlay = target.load(args)
     ident = resolve_author(args.author)
-    steps = plan(patches, overlay)
+    steps = plan(patches, overlay, target)
     sources = sorted({str(s.relative_to(REPO)) for st in steps.values() for s_ in st
                       for s in s_.sources})
     dirty = git(REPO, "status", "--porcelain", "--", *sources, check=False).stdout.rstrip()
     if dirty:
         warn(f"uncommitted changes in what the export reads (dated by the last commit):\n{dirty}")
     by_slug = {slug(p): p for p in patches}
-    entries = module_entries([(n, by_slug[n]) for n in ISLANDS_ORDER], overlay)
+    order = islands_order(patches, target)
+    entries = module_entries([(n, by_slug[n]) for n in order], overlay)
     repo = out / "repo"
-    build_repo(repo, upstream, steps, ident)
-    checked = check_branches(repo)
-    names = {s: write_series(repo, out, s) for s in [*FIXES, ISLANDS]}
+    build_repo(repo, upstream, steps, ident, target)
+    checked = check_branches(repo, target)
+    names = {s: write_series(repo, out, s, target) for s in [*target.fixes, ISLANDS]}
     (out / "README.md").write_text(cover_note(
         repo, {patch_message(by_slug[n]).split("\n", 1)[0]: m for n, m in entries.items()},
-        names))
+        names, target))
     for s, n in names.items():
         log(f"export: {out / s}: {len(n)} patch(es)")
-    log(f"export: {checked} commit(s) compile and import only what exists; "
-        f"author {ident[0]} <{ident[1]}>; cover note {out / 'README.md'}; git repo {repo}")
+    log(f"export: sglang {target.version}: {checked} commit(s) compile and import only what "
+        f"exists; author {ident[0]} <{ident[1]}>; cover note {out / 'README.md'}; git repo {repo}")
     return 0
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from islands_harness.sim import MiniScheduler, random_prompt
 from islands_harness.stack import build_stack, env_overrides, laguna_config_dir
+from sglang.srt.mem_cache import swa_island_formulas as formulas
 from sglang.srt.mem_cache import swa_island_guard as guard
 from sglang.srt.mem_cache.swa_island_guard import (
     admission_bind,
@@ -191,7 +192,8 @@ def test_both_suggested_ratios_come_from_ratio_for_swa_pool(monkeypatch, caplog)
         calls.append((need, full_tokens, page))
         return 0.77
 
-    monkeypatch.setattr(guard, "ratio_for_swa_pool", fake)
+    monkeypatch.setattr(guard, "ratio_for_swa_pool", fake)  # the rollback warning's
+    monkeypatch.setattr(formulas, "ratio_for_swa_pool", fake)  # island_pool_check's
     with pytest.raises(ValueError, match=r"at least 0\.77"):
         build_stack(window=32, chunk=128, swa_pool=161, full_pool=1000, ratio=0.05)
     caplog.set_level(logging.WARNING)
@@ -199,6 +201,35 @@ def test_both_suggested_ratios_come_from_ratio_for_swa_pool(monkeypatch, caplog)
     assert "e.g. --swa-full-tokens-ratio 0.77" in " ".join(r.getMessage() for r in caplog.records)
     # the floor of one request; then the request pool (16) x one chunk (128)
     assert calls == [(162, 1000, 1), (16 * 128, 16384, 1)]
+
+
+def test_the_cache_and_the_guard_re_export_the_shared_formulas():
+    """The formulas are defined once for both targets (swa_island_formulas, which the 0.5.23
+    target installs as it is); the 0.5.15 cache and guard re-export the same objects."""
+    from sglang.srt.mem_cache import swa_island_radix_cache as cache
+
+    for name in ("swa_tombstone_frontier", "decode_island_interval", "decode_island_due",
+                 "island_out_of_window", "reclaim_watermark", "RECLAIM_POLICIES",
+                 "DEFAULT_DECODE_ISLAND_INTERVAL"):
+        assert getattr(cache, name) is getattr(formulas, name), name
+    for name in ("swa_pool_tokens", "island_floor", "island_capacity", "hold_without_islands",
+                 "admission_bind", "ratio_for_swa_pool", "RATIO_STEP", "island_pool_check"):
+        assert getattr(guard, name) is getattr(formulas, name), name
+
+
+def test_both_targets_guards_take_the_pool_verdict_from_island_pool_check():
+    """One pool-floor check: the 0.5.15 guard and the 0.5.23 one (python-main/, not importable
+    here) call swa_island_formulas.island_pool_check and compute no floor of their own."""
+    import ast
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    for path in (repo / "python/sglang/srt/mem_cache/swa_island_guard.py",
+                 repo / "python-main/sglang/srt/mem_cache/swa_island_guard.py"):
+        calls = {n.func.id for n in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        assert "island_pool_check" in calls, path
+        assert not calls & {"island_floor", "island_capacity"}, path
 
 
 def test_kv_canary_walker_accepts_the_island_cache_and_skips_tombstones():

@@ -4,11 +4,13 @@ import random
 
 import pytest
 
-from sglang.srt.mem_cache.swa_island_radix_cache import (
+from sglang.srt.mem_cache.swa_island_formulas import (
     DEFAULT_DECODE_ISLAND_INTERVAL,
+    IslandPoolCheck,
     decode_island_due,
     decode_island_interval,
     island_out_of_window,
+    island_pool_check,
     reclaim_watermark,
     swa_tombstone_frontier,
 )
@@ -141,23 +143,70 @@ def test_reclaim_watermark_is_one_chunk_rounded_up_to_a_page():
     assert reclaim_watermark(0, 64) == DEFAULT_DECODE_ISLAND_INTERVAL
 
 
-def test_formulas_are_defined_once_for_both_targets():
-    """The cache and the guard re-export the shared module's functions (the 0.5.23 target imports
-    the same module), and that module needs nothing beyond the standard library."""
+# ---- the pool-floor check (both targets' guards act on its verdict) ----------------------------
+
+
+def test_pool_check_refuses_a_pool_below_one_requests_floor_with_the_ratio_that_holds_it():
+    # one chunk (128) + window (33) + page (1) = 162 tokens; of a 1000-token full pool: 0.17
+    check = island_pool_check(150, 1000, 33, 1, 128, 16)
+    assert check == IslandPoolCheck(
+        "refuse", swa_pool=150, chunk=128, floor_one=162, capacity=0, max_running=16,
+        ratio_needed=0.17,
+        message="the SWA pool holds 150 tokens, below the island floor of a single request "
+        "(162 tokens: one chunk of 128 + window 33 + page 1), so no full chunk could be "
+        "admitted. Raise --swa-full-tokens-ratio to at least 0.17.")
+    named = island_pool_check(150, 1000, 33, 1, 128, 16, ratio=0.05)
+    assert named.message.startswith("--swa-full-tokens-ratio 0.05 gives an SWA pool of 150 "
+                                    "tokens, below the island floor of a single request (162")
+    assert island_pool_check(161, 1000, 33, 1, 128, 1).verdict == "refuse"
+
+
+def test_pool_check_warns_below_the_request_pools_floor_with_the_requests_it_carries():
+    # (1000 - 128) // (33 + 1) = 25 running requests fit, the request pool has 32
+    check = island_pool_check(1000, 16384, 33, 1, 128, 32)
+    assert (check.verdict, check.capacity, check.ratio_needed) == ("warn", 25, None)
+    assert check.message == ("the SWA pool (1000 tokens) carries about 25 running requests at "
+                             "the island floor (128 + N x 34 tokens), fewer than the request "
+                             "pool's 32.")
+    # exactly one request's floor: one request fits, a second does not
+    assert island_pool_check(162, 1000, 33, 1, 128, 1).verdict == "ok"
+    assert island_pool_check(162, 1000, 33, 1, 128, 2).verdict == "warn"
+
+
+def test_pool_check_passes_a_pool_that_carries_the_request_pool():
+    check = island_pool_check(1000, 16384, 33, 1, 128, 25)
+    assert (check.verdict, check.capacity, check.message) == ("ok", 25, "")
+    # the seed deployment: w 1024, p 64, cp 16384, 48 running, SWA pool 175,232 at 0.17
+    seed = island_pool_check(175_232, 1_030_912, 1024, 64, 16384, 48, ratio=0.17)
+    assert (seed.verdict, seed.floor_one, seed.capacity) == ("ok", 17_472, 146)
+
+
+@pytest.mark.parametrize("chunk", [None, 0, -1])
+def test_pool_check_without_chunked_prefill_counts_one_page(chunk):
+    check = island_pool_check(1000, 16384, 33, 16, chunk, 1)
+    assert (check.chunk, check.floor_one) == (16, 16 + 33 + 16)
+
+
+def test_pool_check_rejects_bad_input_and_is_frozen():
+    with pytest.raises(ValueError, match="swa_pool"):
+        island_pool_check(-1, 1000, 33, 1, 128, 1)
+    with pytest.raises(ValueError, match="max_running"):
+        island_pool_check(100, 1000, 33, 1, 128, -1)
+    with pytest.raises(ValueError, match="window"):
+        island_pool_check(100, 1000, 0, 1, 128, 1)
+    check = island_pool_check(1000, 16384, 33, 1, 128, 1)
+    with pytest.raises(AttributeError):
+        check.verdict = "refuse"
+
+
+def test_formulas_module_needs_only_the_standard_library():
+    """Defined once for both targets: every target imports this module as it is, so it needs
+    nothing beyond the standard library."""
     import ast
     import sys
 
     from sglang.srt.mem_cache import swa_island_formulas as formulas
-    from sglang.srt.mem_cache import swa_island_guard as guard
-    from sglang.srt.mem_cache import swa_island_radix_cache as cache
 
-    for name in ("swa_tombstone_frontier", "decode_island_interval", "decode_island_due",
-                 "island_out_of_window", "reclaim_watermark", "RECLAIM_POLICIES",
-                 "DEFAULT_DECODE_ISLAND_INTERVAL"):
-        assert getattr(cache, name) is getattr(formulas, name), name
-    for name in ("swa_pool_tokens", "island_floor", "island_capacity", "hold_without_islands",
-                 "admission_bind", "ratio_for_swa_pool", "RATIO_STEP"):
-        assert getattr(guard, name) is getattr(formulas, name), name
     tree = ast.parse(open(formulas.__file__).read())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}

@@ -8,14 +8,16 @@ sglang is shadowed: each run prints sglang.__file__)."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
+
+from export_checkout import (added_tests, am_series, assert_applied_as_exported,
+                             assert_commits_import, assert_passed_on, git, pristine_checkout,
+                             start_pytest)
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "scripts" / "patches.py"
@@ -28,17 +30,6 @@ import patches_export as export  # noqa: E402  (scripts/ is on sys.path once pat
 from patches_imports import check_commit  # noqa: E402
 
 SERIES = [*export.FIXES, export.ISLANDS]
-
-
-def git(cwd, *args, check=True):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1", LC_ALL="C",
-               GIT_AUTHOR_NAME="T", GIT_AUTHOR_EMAIL="t@example.invalid",
-               GIT_COMMITTER_NAME="T", GIT_COMMITTER_EMAIL="t@example.invalid")
-    r = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
-    if check:
-        assert r.returncode == 0, f"git {' '.join(args)}:\n{r.stdout}{r.stderr}"
-    return r
 
 
 def base_of(series):
@@ -60,30 +51,9 @@ def exported(tmp_path_factory):
 def checkout(tmp_path_factory, exported):
     """A fresh pristine checkout (from the wheel, at upstream's layout) with every exported
     series applied by git am, each on its own branch."""
-    root = tmp_path_factory.mktemp("checkout") / "sglang"
-    wheel = tool.fetch_wheel(tool.DEFAULT_CACHE)
-    with zipfile.ZipFile(wheel) as z:
-        for info in z.infolist():
-            if info.filename.startswith("sglang/") and not info.is_dir():
-                dst = root / "python" / info.filename
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                dst.write_bytes(z.read(info))
-                if (info.external_attr >> 16) & 0o111:
-                    dst.chmod(0o755)
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "pristine")
-    git(root, "branch", "pristine")
-    applied = {}
-    for series in SERIES:
-        git(root, "checkout", "-q", "-b", series, base_of(series))
-        names = [l for l in (exported / series / "series").read_text().splitlines()
-                 if l and not l.startswith("#")]
-        r = git(root, "am", "-q", *[str(exported / series / n) for n in names], check=False)
-        applied[series] = r
-        if r.returncode != 0:
-            git(root, "am", "--abort", check=False)
-    return root, applied
+    root = pristine_checkout(tmp_path_factory.mktemp("checkout") / "sglang",
+                             tool.fetch_wheel(tool.DEFAULT_CACHE))
+    return root, am_series(root, exported, {s: base_of(s) for s in SERIES})
 
 
 def commits(root, series):
@@ -150,21 +120,13 @@ def test_author_is_given_and_date_is_the_repo_commit_of_the_patch(exported):
 
 def test_each_series_applies_cleanly_and_matches_the_export(checkout, exported):
     root, applied = checkout
-    for series in SERIES:
-        r = applied[series]
-        assert r.returncode == 0, f"{series} does not apply with git am:\n{r.stdout}{r.stderr}"
-        mine = git(root, "rev-parse", f"{series}^{{tree}}").stdout
-        theirs = git(exported / "repo", "rev-parse", f"{series}^{{tree}}").stdout
-        assert mine == theirs, series
+    assert list(applied) == SERIES
+    assert_applied_as_exported(root, applied, exported)
 
 
 def test_every_commit_compiles_and_imports_only_what_exists(checkout):
     root, _ = checkout
-    n = 0
-    for series in SERIES:
-        for c in commits(root, series):
-            assert check_commit(root, c) == [], (series, git(root, "log", "-1", "--format=%s", c).stdout)
-            n += 1
+    n = assert_commits_import(root, {s: base_of(s) for s in SERIES})
     assert n == len(SERIES) - 1 + len(export.ISLANDS_ORDER) + 1
 
 
@@ -206,12 +168,8 @@ def test_rollback_warning_is_its_own_last_commit(checkout):
 def _run_tests(root: Path, series: str, tests):
     wt = root.parent / f"wt-{series}"
     git(root, "worktree", "add", "-q", "--detach", str(wt), series)
-    env = dict(os.environ, PYTHONPATH=str(wt / "python"), SGLANG_USE_CPU_ENGINE="1",
-               TRITON_INTERPRET="1", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
-    code = ("import sys, sglang; print('SGLANG_FILE', sglang.__file__, flush=True); "
-            "import pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', *sys.argv[1:]]))")
-    return wt, subprocess.Popen([sys.executable, "-c", code, *tests], cwd=wt, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return wt, start_pytest(sys.executable, wt, tests,
+                            dict(TRITON_INTERPRET="1", PYTHONDONTWRITEBYTECODE="1"))
 
 
 @pytest.fixture(scope="module")
@@ -221,9 +179,7 @@ def test_runs(checkout):
     assert all(r.returncode == 0 for r in applied.values())
     runs = {}
     for series in SERIES:
-        added = git(root, "diff", "--name-only", "--diff-filter=A", f"{base_of(series)}..{series}",
-                    "--", "test").stdout.split()
-        tests = [t for t in added if Path(t).name.startswith("test_")]
+        tests = added_tests(root, f"{base_of(series)}..{series}")
         assert tests, series
         runs[series] = (tests, *_run_tests(root, series, tests))
     return {s: (tests, wt, p.communicate(timeout=300)[0], p.returncode)
@@ -233,7 +189,4 @@ def test_runs(checkout):
 @pytest.mark.parametrize("series", SERIES)
 def test_exported_tests_pass_on_the_branch(test_runs, series):
     tests, wt, out, rc = test_runs[series]
-    used = re.search(r"^SGLANG_FILE (.*)$", out, re.M)
-    assert used and Path(used.group(1)).resolve() == (wt / "python/sglang/__init__.py").resolve(), out
-    assert rc == 0, out[-4000:]
-    assert re.search(r"\d+ passed", out) and "skipped" not in out.splitlines()[-1], out[-2000:]
+    assert_passed_on(wt, out, rc)

@@ -170,7 +170,7 @@ def test_apply_requires_a_series():
 
 def test_patches_py_target_0_5_23_drives_the_main_series(tmp_path, upstream):
     """scripts/patches.py --target 0.5.23 check/apply/status/revert work on patches-main/series;
-    the subcommands the main target lacks say so."""
+    the subcommands the main target lacks (worktree, refresh) say so."""
     site = minimal_site(tmp_path, upstream)
     patches_py = REPO / "scripts" / "patches.py"
 
@@ -186,8 +186,8 @@ def test_patches_py_target_0_5_23_drives_the_main_series(tmp_path, upstream):
     assert "islands series" in pp("status", "--site-packages", site).stdout
     assert pp("revert", "--site-packages", site).returncode == 0
     assert not (site / "sglang" / PM.MANIFEST_NAME).exists()
-    r = pp("export", tmp_path / "out")
-    assert r.returncode == 1 and "export does not support --target 0.5.23 yet" in r.stderr
+    r = pp("worktree", tmp_path / "wt")  # export: test_patches_export_main.py
+    assert r.returncode == 1 and "worktree does not support --target 0.5.23 yet" in r.stderr
 
 
 def test_install_islands_installs_the_main_series_into_an_existing_0_5_23(tmp_path, upstream):

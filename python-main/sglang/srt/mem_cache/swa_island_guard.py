@@ -14,11 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Optional
 
-from sglang.srt.mem_cache.swa_island_formulas import (
-    island_capacity,
-    island_floor,
-    ratio_for_swa_pool,
-)
+from sglang.srt.mem_cache.swa_island_formulas import island_pool_check
 
 if TYPE_CHECKING:
     from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache
@@ -58,23 +54,10 @@ def check_swa_island_pool(cache: BasePrefixCache, chunked_prefill_size: Optional
     window + page) no full chunk could ever be admitted, a ``ValueError``; below the floor of the
     request pool's size, a warning with the running requests it carries."""
     allocator = cache.token_to_kv_pool_allocator
-    swa_pool, full_pool = allocator.size_swa, max(allocator.size_full, 1)
-    window, page = cache.sliding_window_size + 1, cache.page_size
-    chunk = chunked_prefill_size if chunked_prefill_size and chunked_prefill_size > 0 else page
-    n_cap = cache.req_to_token_pool.size
-    floor_one = island_floor(1, window, page, chunk)
-    if swa_pool < floor_one:
-        need = ratio_for_swa_pool(floor_one, full_pool, page)
-        raise ValueError(
-            f"{FLAG}: the SWA pool holds {swa_pool} tokens, below the island floor of a single "
-            f"request ({floor_one} tokens: one chunk of {chunk} + window {window} + page {page}), "
-            f"so no full chunk could be admitted. Raise --swa-full-tokens-ratio to at least "
-            f"{need:.2f}."
-        )
-    capacity = island_capacity(swa_pool, window, page, chunk)
-    if capacity < n_cap:
-        logger.warning(
-            "%s: the SWA pool (%d tokens) carries about %d running requests at the island floor "
-            "(%d + N x %d tokens), fewer than the request pool's %d.",
-            FLAG, swa_pool, capacity, chunk, window + page, n_cap,
-        )
+    check = island_pool_check(allocator.size_swa, allocator.size_full,
+                              cache.sliding_window_size + 1, cache.page_size,
+                              chunked_prefill_size, cache.req_to_token_pool.size)
+    if check.verdict == "refuse":
+        raise ValueError(f"{FLAG}: {check.message}")
+    if check.verdict == "warn":
+        logger.warning("%s: %s", FLAG, check.message)

@@ -35,6 +35,7 @@ space); ``r``: the SWA/full ratio, the SWA pool being ``floor_p(int(T * r))``.
 """
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 RECLAIM_POLICIES = ("lazy", "eager", "auto")
@@ -223,3 +224,66 @@ def ratio_for_swa_pool(need: int, full_tokens: int, page: int) -> float:
         if swa_pool_tokens(full_tokens, ratio, page) >= need:
             return ratio
     return 1.0
+
+
+@dataclass(frozen=True)
+class IslandPoolCheck:
+    """The SWA pool against the island floor at startup, the verdict both targets' guards act on.
+
+    ``verdict``: ``"refuse"`` below one request's floor (no full chunk could ever be admitted),
+    ``"warn"`` below the floor of the request pool's size, ``"ok"`` otherwise. ``message`` says
+    why with the numbers (empty when ``ok``); ``ratio_needed`` (refuse only) is the smallest ratio
+    whose pool holds one request's floor at the full pool's size.
+    """
+
+    verdict: str
+    swa_pool: int
+    chunk: int
+    floor_one: int
+    capacity: int
+    max_running: int
+    ratio_needed: Optional[float]
+    message: str
+
+
+def island_pool_check(
+    swa_pool: int,
+    full_pool: int,
+    window: int,
+    page: int,
+    chunk: Optional[int],
+    max_running: int,
+    *,
+    ratio: Optional[float] = None,
+) -> IslandPoolCheck:
+    """Check an SWA pool of ``swa_pool`` tokens against ``island_floor``.
+
+    ``chunk``: the chunked-prefill size (``None`` or ``<= 0``: off, one page counts);
+    ``max_running``: the request pool's size; ``ratio``: the ``--swa-full-tokens-ratio`` that gave
+    the pool, named in the message when known.
+    Example: pool 150, w 33, p 1, cp 128: floor 162 -> refuse; pool 1000, 32 requests: capacity
+    (1000 - 128) // 34 = 25 -> warn; 16 requests -> ok.
+    """
+    _require_int("swa_pool", swa_pool, 0)
+    _require_int("max_running", max_running, 0)
+    chunk = chunk if chunk is not None and chunk > 0 else page
+    floor_one = island_floor(1, window, page, chunk)
+    capacity = island_capacity(swa_pool, window, page, chunk)
+    numbers = dict(swa_pool=swa_pool, chunk=chunk, floor_one=floor_one, capacity=capacity,
+                   max_running=max_running)
+    if swa_pool < floor_one:
+        need = ratio_for_swa_pool(floor_one, max(full_pool, 1), page)
+        pool = (f"--swa-full-tokens-ratio {ratio} gives an SWA pool of {swa_pool} tokens"
+                if ratio is not None else f"the SWA pool holds {swa_pool} tokens")
+        return IslandPoolCheck(
+            "refuse", ratio_needed=need, **numbers,
+            message=f"{pool}, below the island floor of a single request ({floor_one} tokens: "
+            f"one chunk of {chunk} + window {window} + page {page}), so no full chunk could be "
+            f"admitted. Raise --swa-full-tokens-ratio to at least {need:.2f}.")
+    if capacity < max_running:
+        return IslandPoolCheck(
+            "warn", ratio_needed=None, **numbers,
+            message=f"the SWA pool ({swa_pool} tokens) carries about {capacity} running requests "
+            f"at the island floor ({chunk} + N x {window + page} tokens), fewer than the request "
+            f"pool's {max_running}.")
+    return IslandPoolCheck("ok", ratio_needed=None, message="", **numbers)

@@ -41,6 +41,7 @@ from sglang.srt.mem_cache.swa_island_formulas import (  # noqa: F401  (re-export
     hold_without_islands,
     island_capacity,
     island_floor,
+    island_pool_check,
     ratio_for_swa_pool,
     swa_pool_tokens,
 )
@@ -113,22 +114,11 @@ def check_swa_pool_plan(cache: BasePrefixCache, server_args: ServerArgs) -> None
     ratio = server_args.swa_full_tokens_ratio
 
     if kind is SWAIslandRadixCache:
-        floor_one = island_floor(1, window, page, chunk)
-        if swa_pool < floor_one:
-            need = ratio_for_swa_pool(floor_one, full_pool, page)
-            raise ValueError(
-                f"{FLAG}: --swa-full-tokens-ratio {ratio} gives an SWA pool of {swa_pool} tokens, "
-                f"below the island floor of a single request ({floor_one} tokens: one chunk of "
-                f"{chunk} + window {window} + page {page}), so no full chunk could be admitted. "
-                f"Raise --swa-full-tokens-ratio to at least {need:.2f}."
-            )
-        capacity = island_capacity(swa_pool, window, page, chunk)
-        if capacity < n_cap:
-            logger.warning(
-                "%s: the SWA pool (%d tokens) carries about %d running requests at the island "
-                "floor (%d + N x %d tokens), fewer than the request pool's %d.",
-                FLAG, swa_pool, capacity, chunk, window + page, n_cap,
-            )
+        check = island_pool_check(swa_pool, full_pool, window, page, chunk, n_cap, ratio=ratio)
+        if check.verdict == "refuse":
+            raise ValueError(f"{FLAG}: {check.message}")
+        if check.verdict == "warn":
+            logger.warning("%s: %s", FLAG, check.message)
         return
 
     if ratio >= 0.8:  # upstream's default: the operator did not trade SWA pool for capacity
