@@ -61,7 +61,13 @@ MANIFEST_NAME = ".islands_harness_main_patches.json"
 
 
 def fetch_wheel() -> Path:
-    found = sorted(CACHE.glob(f"sglang-{SGLANG_VERSION}-*.whl"))
+    """The verified pristine 0.5.23 wheel: ``SWA_ISLANDS_WHEEL`` if it names one (a wheel of
+    the other target is left to patches.py), else the cache, downloading into it if empty."""
+    override = os.environ.get("SWA_ISLANDS_WHEEL")
+    if override and Path(override).name.startswith(f"sglang-{SGLANG_VERSION}-"):
+        found = [Path(override)]
+    else:
+        found = sorted(CACHE.glob(f"sglang-{SGLANG_VERSION}-*.whl"))
     if not found:
         CACHE.mkdir(parents=True, exist_ok=True)
         print(f"[patches_main] downloading sglang=={SGLANG_VERSION} into {CACHE}", file=sys.stderr)
@@ -77,8 +83,10 @@ def fetch_wheel() -> Path:
     for whl in found:
         if P.sha256_file(whl) == WHEEL_SHA256:
             return whl
-    raise P.PatchesError(f"no sglang=={SGLANG_VERSION} wheel with sha256 {WHEEL_SHA256} in {CACHE}; "
-                         "delete the mismatching file(s) and run again to re-download")
+    raise P.PatchesError(f"no sglang=={SGLANG_VERSION} wheel with sha256 {WHEEL_SHA256} among "
+                         f"{', '.join(map(str, found))}; point SWA_ISLANDS_WHEEL at the release's "
+                         f"wheel, or delete the mismatching file(s) in {CACHE} and run again to "
+                         "re-download")
 
 
 def series(name: str) -> List[Path]:

@@ -105,6 +105,26 @@ def test_a_stock_patch_missing_from_the_islands_series_is_refused(tmp_path, monk
         PM.series("stock")
 
 
+def test_swa_islands_wheel_names_the_pristine_wheel(tmp_path, monkeypatch):
+    """``SWA_ISLANDS_WHEEL`` (install_islands.sh's offline install) is used when it names a 0.5.23
+    wheel, even with an empty cache; a 0.5.15 wheel there is the other target's and is ignored;
+    a 0.5.23 wheel that is not the release's is refused."""
+    monkeypatch.setattr(PM, "CACHE", tmp_path / "empty-cache")
+    offline = tmp_path / "offline" / WHEEL.name
+    offline.parent.mkdir()
+    shutil.copy(WHEEL, offline)
+    monkeypatch.setenv("SWA_ISLANDS_WHEEL", str(offline))
+    assert PM.fetch_wheel() == offline
+    (tmp_path / "empty-cache").mkdir()
+    shutil.copy(WHEEL, tmp_path / "empty-cache" / WHEEL.name)
+    monkeypatch.setenv("SWA_ISLANDS_WHEEL", str(tmp_path / "sglang-0.5.15.post1-py3-none-any.whl"))
+    assert PM.fetch_wheel() == tmp_path / "empty-cache" / WHEEL.name
+    offline.write_bytes(b"not the release")
+    monkeypatch.setenv("SWA_ISLANDS_WHEEL", str(offline))
+    with pytest.raises(PM.P.PatchesError, match="sha256"):
+        PM.fetch_wheel()
+
+
 # ---- apply / status / revert on a scratch install --------------------------------------------
 
 def test_apply_islands_is_idempotent_and_stock_takes_our_modules_away(tmp_path, upstream):
