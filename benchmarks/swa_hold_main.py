@@ -36,7 +36,8 @@ Observed (instance wrappers, no behaviour change), SWA in tokens:
   SWA allocated). Snapshots: ``commit`` after every chunk commit and every decode island,
   ``inflight`` after each chunk's allocation (the chunk in flight), ``decode`` after each decode
   step. Node-level figures (dead SWA) need the Python core's nodes and are not taken.
-- per call, ``time.perf_counter`` and ``time.thread_time``: chunk commits
+- per call, ``time.perf_counter`` and ``time.thread_time`` (and, once per run, the median of
+  the same timer around an empty call: ``timer_overhead``): chunk commits
   (``checkpoint_kv_cache``), every ``on_decode_progress`` call (those that laid a decode island
   are marked), finishes (``release_kv_cache``), the final reclaim; with ``--count-syncs``, the
   host-sync op counts (``islands_harness.host_syncs``: the torch dispatcher's view; work the
@@ -200,6 +201,16 @@ class Run:
         sink.append(info)
         return info
 
+    def timer_overhead(self, n: int = 2000) -> dict:
+        """Median cost of ``timed`` around an empty call (the clock reads and bookkeeping inside
+        the timed window), subtracted per call by the aggregation: a decode-progress call that
+        lays no island costs about as much as the timer."""
+        sink = []
+        for _ in range(n):
+            self.timed(lambda: None, sink, {})
+        med = lambda k: sorted(x[k] for x in sink)[n // 2]  # noqa: E731
+        return dict(seconds=med("seconds"), thread_cpu_seconds=med("thread_cpu_seconds"))
+
     def private(self, req) -> int:
         lo, hi = req.kv.cache_protected_len, req.kv.kv_allocated_len
         if hi <= lo:
@@ -349,6 +360,9 @@ class Run:
         def token(req, i):  # a fixed stream per request: no cross-request sharing
             return 100 + (int(req.rid[1:]) * 7919 + i * 104729) % 30000
 
+        counter_cls, self.counter_cls = self.counter_cls, None
+        overhead = self.timer_overhead()
+        self.counter_cls = counter_cls
         gc.collect()
         t0 = time.perf_counter()
         reqs = self.make_reqs()
@@ -362,6 +376,7 @@ class Run:
         reclaim = self.final_reclaim()
         return dict(arm=self.arm, core=self.core, snapshots=self.snaps, commits=self.commits,
                     hooks=self.hooks, finishes=self.finishes, reclaim=reclaim,
+                    timer_overhead=overhead,
                     decode_islands=sum(1 for h in self.hooks if h.get("island")),
                     wall_seconds=wall,
                     swa_protected_after=self.cache.swa_protected_size(),

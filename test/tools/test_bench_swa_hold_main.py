@@ -54,7 +54,7 @@ def test_quick_result_schema_and_markdown(quick):
         assert a["final_swa_reclaimed_tokens"] > 0
         assert a["swa_protected_after_run"] == 0  # every lock given back
     assert "| metric | main/rust | main_islands/rust | main/python | main_islands/python |" in md
-    assert "whole run thread CPU ratio vs main" in md and "Acceptance (issue 27" in md
+    assert "commit + reclaim thread CPU ratio vs main" in md and "Acceptance (issue 27" in md
 
 
 def test_islands_hold_after_every_commit_and_decode_islands(quick):
@@ -86,7 +86,7 @@ def test_islands_hold_after_every_commit_and_decode_islands(quick):
         # during decode islands release the prompt's window; stock main locks it to the end
         assert (isl["decode"]["max_swa_locked_per_running_req"]
                 <= main["decode"]["max_swa_locked_per_running_req"] + interval)
-        assert "whole_run_thread_cpu" in result["ratios_vs_main"][f"main_islands/{core}"]
+        assert "commit_reclaim_thread_cpu" in result["ratios_vs_main"][f"main_islands/{core}"]
 
 
 def test_both_cores_hold_the_same(quick):
