@@ -389,8 +389,11 @@ def main(argv=None) -> int:
     ap.add_argument("--cores", default="rust,python")
     ap.add_argument("--shape", required=True, help="the shape as JSON (swa_hold's Shape fields, "
                     "pools resolved)")
-    ap.add_argument("--runs", type=int, default=1, help="runs per core (cores alternate)")
-    ap.add_argument("--measure", action="store_true", help="hold snapshots")
+    ap.add_argument("--runs", type=int, default=1, help="timing runs per core (cores "
+                    "alternate), after the measurement run of --measure")
+    ap.add_argument("--measure", action="store_true", help="first one measurement run per "
+                    "core: hold snapshots (and sync counts with --count-syncs); its timings "
+                    "are not used")
     ap.add_argument("--count-syncs", action="store_true")
     ap.add_argument("--decode-tokens", type=int, default=None)
     ap.add_argument("--out", default=None)
@@ -409,16 +412,21 @@ def main(argv=None) -> int:
         shape["decode_interval"] = decode_island_interval(shape["chunk"],
                                                           shape.get("decode_interval"))
     out = {"arm": a.arm, "sglang": sglang.__version__, "torch": torch.__version__,
-           "python": sys.executable, "shape": shape, "runs": {c: [] for c in cores}}
-    for k in range(a.runs):
+           "python": sys.executable, "shape": shape, "measured": {}, "runs": {c: [] for c in cores}}
+    plan = [(k, True) for k in range(1 if a.measure else 0)] + [(k, False) for k in range(a.runs)]
+    for k, measure in plan:
         order = cores if k % 2 == 0 else cores[::-1]
         for core in order:
-            _log(f"{a.arm}/{core}: run {k + 1}/{a.runs}{' (measure)' if a.measure else ''}")
-            r = Run(a.arm, core, shape, measure=a.measure, count_syncs=a.count_syncs,
-                    decode_tokens=decode_tokens).run()
+            _log(f"{a.arm}/{core}: " + ("measurement run" if measure else
+                                        f"timing run {k + 1}/{a.runs}"))
+            r = Run(a.arm, core, shape, measure=measure, count_syncs=a.count_syncs and measure,
+                    decode_tokens=shape["decode_tokens"] if measure else decode_tokens).run()
             _log(f"  {a.arm}/{core}: {len(r['commits'])} chunk commits, {r['decode_islands']} "
                  f"decode islands, {r['wall_seconds']:.1f} s")
-            out["runs"][core].append(r)
+            if measure:
+                out["measured"][core] = r
+            else:
+                out["runs"][core].append(r)
     text = json.dumps(out)
     if a.out:
         with open(a.out, "w") as f:

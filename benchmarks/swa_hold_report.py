@@ -258,7 +258,7 @@ def _main_notes(result: dict) -> List[str]:
     if env:
         lines += ["", f"Machine: {env['cpus']} CPUs, load average {env['loadavg_start'][0]:.1f} "
                       f"at start / {env['loadavg_end'][0]:.1f} at end (shared with other jobs; "
-                      f"arms interleaved per repeat, cores alternating); torch "
+                      f"arms interleaved per repeat, cores alternating); KV device "
                       f"{result.get('device', '')}, 1 thread; versions "
                       + ", ".join(f"{a}: sglang {v['sglang']}"
                                   for a, v in result.get("versions", {}).items()) + "."]

@@ -8,9 +8,10 @@ builds it under ``--enable-swa-islands`` (``.venv-main-islands``, ``scripts/setu
 --islands``). Each runs on both tree cores (``rust``, the server's default, and ``python``); a
 column is ``ARM/CORE``.
 
-Schedule: one measurement process per arm (hold snapshots and host-sync counts, full decode, each
-core once), then ``repeats`` rounds of timing processes, arms interleaved per round and cores
-alternating inside each process. Costs per run (seconds): the chunk commits
+Schedule: ``repeats`` rounds of one driver process per arm, arms interleaved per round (their
+order alternating) and cores alternating inside each process; the first round's processes first
+make the measurement run of each core (hold snapshots and host-sync counts, full decode, timings
+not used), then every process one timing run per core. Costs per run (seconds): the chunk commits
 (``checkpoint_kv_cache``), every decode-progress call (``on_decode_progress``, islands only: stock
 main has no hook, so it costs main nothing; the calls that laid a decode island are counted and
 timed on their own too), the finishes (``release_kv_cache``) and the final SWA reclaim (``evict``
@@ -278,21 +279,24 @@ def bench_main(shape: Shape, *, arms=ARMS, cores=CORES, repeats: int = 5,
         raise SystemExit(f"swa_hold --target main: no environment for {', '.join(missing)} "
                          f"({', '.join(VENVS[a] for a in missing)}); build it with "
                          f"scripts/setup_main.sh (main) / scripts/setup_main.sh --islands")
+    if repeats < 1:
+        raise SystemExit("swa_hold --target main: --repeats must be >= 1")
     measured, versions, interval = {}, {}, None
-    for arm in arms:
-        log(f"measurement run: arm={arm} cores={cores} (hold snapshots"
-            f"{', sync counting' if count_syncs else ''})")
-        out = run_driver(arm, shape, cores, measure=True, count_syncs=count_syncs)
-        versions[arm] = {k: out[k] for k in ("sglang", "torch", "python")}
-        if arm == "main_islands":
-            interval = out["shape"]["decode_interval"]  # the cache's own default: cp / 4
-        for core in cores:
-            measured[column(arm, core)] = out["runs"][core][0]
     timed: Dict[str, List[dict]] = {column(a, c): [] for a in arms for c in cores}
     for rep in range(repeats):
         for arm in (arms if rep % 2 == 0 else arms[::-1]):
-            log(f"timing round {rep + 1}/{repeats}: arm={arm}")
-            out = run_driver(arm, shape, cores, decode_tokens=timing_decode_tokens)
+            first = rep == 0
+            log(f"round {rep + 1}/{repeats}: arm={arm}" + (
+                f" (measurement run{' with sync counting' if count_syncs else ''}, then "
+                f"timing)" if first else " (timing)"))
+            out = run_driver(arm, shape, cores, measure=first, count_syncs=count_syncs,
+                             decode_tokens=timing_decode_tokens)
+            if first:
+                versions[arm] = {k: out[k] for k in ("sglang", "torch", "python")}
+                if arm == "main_islands":
+                    interval = out["shape"]["decode_interval"]  # the cache's default: cp / 4
+                for core in cores:
+                    measured[column(arm, core)] = out["measured"][core]
             for core in cores:
                 timed[column(arm, core)] += out["runs"][core]
     order = [column(a, c) for c in cores for a in arms]
