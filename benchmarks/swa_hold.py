@@ -54,6 +54,14 @@ and prefill has priority, so all chunk commits happen before the first decode st
 does not depend on the decode length. Hold numbers and sync counts come from the measurement run,
 which runs the full decode.
 
+``--target main`` measures the same on sglang 0.5.23 (upstream main): arms ``main`` (stock
+``UnifiedRadixCache``, ``.venv-main``) and ``main_islands`` (``SWAIslandUnifiedRadixCache``,
+``.venv-main-islands``) on both tree cores (Rust, the default, and Python), each arm run by
+``swa_hold_main.py`` in its own environment and aggregated by ``swa_hold_target_main`` (its
+docstring says what is timed); the decode phase is included in every run (decode islands and the
+decode-progress hook are part of the whole-run cost), and this command itself may run under any
+of the environments.
+
 Modules: ``swa_hold_setup`` (arms, shapes, the arm's environment), ``swa_hold_run`` (one arm, one
 run, and its observation hooks), ``swa_hold_result`` (the run schedule and the JSON result),
 ``swa_hold_report`` (the markdown); this file is the command line.
@@ -64,6 +72,9 @@ Examples::
         --md benchmarks/results/swa_hold_quick.md
     .venv/bin/python benchmarks/swa_hold.py --production --timing-decode-tokens 8 --repeats 5 \\
         --json benchmarks/results/swa_hold_production.json --md benchmarks/results/swa_hold_production.md
+    .venv/bin/python benchmarks/swa_hold.py --target main --production --repeats 5 \\
+        --json benchmarks/results/swa_hold_main_production.json \\
+        --md benchmarks/results/swa_hold_main_production.md
 """
 
 from __future__ import annotations
@@ -130,7 +141,15 @@ def parse_args(argv=None):
     ap.add_argument("--swa-pool", type=int, help="SWA pool tokens (default: = full pool, so "
                     "upstream never has to evict and its natural hold is measured)")
     ap.add_argument("--seed", type=int, default=0, help="prompt RNG seed")
-    ap.add_argument("--arms", default=",".join(ARM_ORDER), help="comma-separated arms to run")
+    ap.add_argument("--target", choices=("0.5.15", "main"), default="0.5.15",
+                    help="0.5.15: this process's .venv (sglang 0.5.15.post1, arms upstream, "
+                         "upstream_knobs, islands_eager, islands); main: sglang 0.5.23, arms "
+                         "main (.venv-main) and main_islands (.venv-main-islands), each run in "
+                         "its own environment, on the tree cores of --cores")
+    ap.add_argument("--cores", default="rust,python",
+                    help="--target main: tree cores (rust = the server's default, python)")
+    ap.add_argument("--arms", default=None, help="comma-separated arms to run (default: all "
+                    "of the target's)")
     ap.add_argument("--repeats", type=int, default=3, help="timing runs per arm (interleaved)")
     ap.add_argument("--timing-decode-tokens", type=int, default=None,
                     help="max_new_tokens in timing runs (>= 2; default: --decode-tokens). All "
@@ -166,10 +185,12 @@ def main(argv=None) -> int:
     shape = shape_from_args(args)
     if args.timing_decode_tokens is not None and args.timing_decode_tokens < 2:
         raise SystemExit("--timing-decode-tokens must be >= 2 (else no last-chunk commit)")
+    if args.target == "main":
+        return _main_target(args, shape, argv)
     import torch
 
     torch.set_num_threads(args.threads)
-    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    arms = [a.strip() for a in (args.arms or ",".join(ARM_ORDER)).split(",") if a.strip()]
     for a in arms:
         if a not in ARMS:
             raise SystemExit(f"unknown arm {a!r}; choose from {', '.join(ARM_ORDER)}")
@@ -192,6 +213,44 @@ def main(argv=None) -> int:
         "loadavg_start": load_start,
         "loadavg_end": list(os.getloadavg()),
     }
+    _write(result, args)
+    return 0
+
+
+def _main_target(args, shape: Shape, argv) -> int:
+    """``--target main``: the 0.5.23 arms, each in its own environment (swa_hold_target_main)."""
+    from swa_hold_target_main import ARMS as MAIN_ARMS
+    from swa_hold_target_main import CORES, bench_main
+
+    arms = [a.strip() for a in (args.arms or ",".join(MAIN_ARMS)).split(",") if a.strip()]
+    cores = [c.strip() for c in args.cores.split(",") if c.strip()]
+    for a in arms:
+        if a not in MAIN_ARMS:
+            raise SystemExit(f"unknown arm {a!r} for --target main; choose from "
+                             f"{', '.join(MAIN_ARMS)}")
+    for c in cores:
+        if c not in CORES:
+            raise SystemExit(f"unknown core {c!r}; choose from {', '.join(CORES)}")
+    argv_list = sys.argv[1:] if argv is None else list(argv)
+    log(f"target main; shape {dataclasses.asdict(shape)}; arms {arms}; cores {cores}; "
+        f"repeats {args.repeats}")
+    load_start = list(os.getloadavg())
+    t0 = time.perf_counter()
+    result = bench_main(shape, arms=arms, cores=cores, repeats=args.repeats,
+                        timing_decode_tokens=args.timing_decode_tokens,
+                        count_syncs=not args.no_sync_count)
+    result["command"] = "python benchmarks/swa_hold.py " + " ".join(
+        shlex.quote(x) for x in argv_list)
+    result["total_wall_seconds"] = time.perf_counter() - t0
+    result["environment"] = {
+        "torch_threads": 1, "python": sys.version.split()[0], "cpus": os.cpu_count(),
+        "loadavg_start": load_start, "loadavg_end": list(os.getloadavg()),
+    }
+    _write(result, args)
+    return 0
+
+
+def _write(result: dict, args) -> None:
     md = to_markdown(result)
     print(md)
     if args.json:
@@ -205,7 +264,6 @@ def main(argv=None) -> int:
             f.write(md + profile_details(result))
         log(f"wrote {args.md}")
     log(f"done in {result['total_wall_seconds']:.1f} s")
-    return 0
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ class _Table:
     def __init__(self, result: dict):
         self.result = result
         self.A = result["arms"]
-        self.arms = [a for a in ARM_ORDER if a in self.A]
+        self.arms = result.get("arm_order") or [a for a in ARM_ORDER if a in self.A]
         self.ratios = result.get("ratios_vs_upstream", {})
         self.lines: List[str] = []
 
@@ -133,6 +133,139 @@ def _island_rows(t: _Table) -> None:
     t.row("measurement run wall s (full decode)", lambda a: _f(a["measurement_run_wall_seconds"]))
 
 
+def _ms(x, nd=2):
+    return "-" if x is None else f"{x * 1e3:.{nd}f}"
+
+
+def _main_hold_rows(t: _Table) -> None:
+    """0.5.23: the hold rows, with the commits split into chunk commits and decode islands."""
+    _hold_rows(t)
+    for phase, key in (("after a chunk commit (every running request)", "after_chunk_commit"),
+                       ("after a decode island (the committing request)", "after_decode_island"),
+                       ("after a decode island (every running request: others' decode tails)",
+                        "after_decode_island_all_running")):
+        t.row(f"{phase}: held max / mean",
+              lambda a, key=key: f"{_f(a[key].get('max_swa_held_per_running_req'))} / "
+                                 f"{_f(a[key].get('mean_swa_held_per_running_req'))}"
+              if a[key] else "-")
+
+
+def _main_cost_rows(t: _Table) -> None:
+    """0.5.23: per-call and whole-run costs, ratios against ``main`` on the same core."""
+    r = t.result.get("ratios_vs_main", {})
+
+    def ratio(label, fn):
+        t.cells(label, lambda a: fn(r[a]) if a in r else ("1" if a.startswith("main/") else "-"))
+
+    t.row("chunk commit CPU ms median / p90 (`perf_counter`)",
+          lambda a: f"{_ms(a['commit_cpu_seconds_median'], 3)} / "
+                    f"{_ms(a['commit_cpu_seconds_p90'], 3)}")
+    t.row("chunk commit thread CPU ms median / p90 (`time.thread_time`)",
+          lambda a: f"{_ms(a['commit_thread_cpu_seconds_median'], 3)} / "
+                    f"{_ms(a['commit_thread_cpu_seconds_p90'], 3)}")
+    ratio("chunk commit thread CPU ratio vs main, same core (median / p90)",
+          lambda x: f"{x['commit_thread_cpu_median']:.3f} / {x['commit_thread_cpu_p90']:.3f}")
+    t.row("decode island (a decode-progress call that laid one) thread CPU ms median",
+          lambda a: _ms(a["decode_island_thread_cpu_seconds_median"], 3))
+    t.row("per run, thread CPU ms: chunk commits + decode islands + finishes + final reclaim",
+          lambda a: " + ".join(_ms(a["per_run_median"].get(k)) for k in (
+              "commits_thread", "islands_thread", "finishes_thread", "reclaim_thread")))
+    t.row("**per run, commit + reclaim thread CPU ms** (median over repeats)",
+          lambda a: f"**{_ms(a['per_run_median'].get('commit_reclaim_thread'))}**")
+    ratio("**commit + reclaim thread CPU ratio vs main, same core**",
+          lambda x: f"**{x['commit_reclaim_thread_cpu']:.3f}**")
+    ratio("commit + reclaim thread CPU ratio per repeat",
+          lambda x: ", ".join(f"{v:.3f}" for v in x["commit_reclaim_thread_cpu_per_repeat"]))
+    ratio("chunk commits + final reclaim only (the 0.5.15 benchmark's sum), thread CPU ratio",
+          lambda x: f"{x['chunk_commits_plus_reclaim_thread_cpu']:.3f}")
+    t.row("commit + reclaim, wall ms (`perf_counter`)",
+          lambda a: _ms(a["per_run_median"].get("commit_reclaim")))
+    ratio("commit + reclaim wall ratio vs main, same core",
+          lambda x: f"{x['commit_reclaim_wall']:.3f}")
+    t.row("other decode-progress calls (due check, window release): calls per run; thread CPU "
+          "us median per call; ms per run",
+          lambda a: f"{a['decode_hook_calls_per_run'] - a['decode_islands']}; "
+                    f"{_f(None if a['decode_hook_thread_cpu_seconds_median'] is None else a['decode_hook_thread_cpu_seconds_median'] * 1e6, 2)}; "
+                    f"{_ms(a['per_run_median'].get('hook_rest_thread'))}")
+    ratio("commit + reclaim + those calls, thread CPU ratio vs main",
+          lambda x: f"{x['whole_run_thread_cpu']:.3f}")
+    t.row("timer overhead per timed call, thread CPU us (taken off every call above)",
+          lambda a: _f(None if a["timer_overhead_thread_cpu_seconds_median"] is None
+                       else a["timer_overhead_thread_cpu_seconds_median"] * 1e6, 2))
+    t.row("final SWA reclaim: tokens freed",
+          lambda a: _f(a["final_swa_reclaimed_tokens"]))
+    t.row("chunk commit timing samples (commits x repeats)",
+          lambda a: f"{a['commits_per_run']} x {t.result['repeats']}")
+
+
+def _main_sync_rows(t: _Table) -> None:
+    def syncs(key):
+        return lambda a: (f"{_f(a[key].get('syncs_per_commit_max'))} / "
+                          f"{_f(a[key].get('syncs_per_commit_mean'), 2)}" if a.get(key) else "-")
+
+    t.row("host syncs per chunk commit max / mean", syncs("host_syncs"))
+    t.row("host syncs per decode island max / mean", syncs("decode_island_host_syncs"))
+    t.row("host syncs per decode-progress call max / mean", syncs("decode_hook_host_syncs"))
+    t.row("host syncs per finish (`release_kv_cache`) max / mean", syncs("finish_host_syncs"))
+    t.row("aten ops per chunk commit max / mean",
+          lambda a: f"{A_k(a, 'aten_ops', 'per_commit_max')} / "
+                    f"{A_k(a, 'aten_ops', 'per_commit_mean')}")
+    t.row("decode islands per run", lambda a: str(a["decode_islands"]))
+    t.row("measurement run wall s (full decode, snapshots)",
+          lambda a: _f(a["measurement_run_wall_seconds"]))
+
+
+def _main_notes(result: dict) -> List[str]:
+    s = result["shape"]
+    lines = [
+        "",
+        f"sglang 0.5.23 (upstream main), in-process on the real `UnifiedRadixCache` / "
+        f"`SWATokenToKVPoolAllocator` / `SWAKVPool` (`benchmarks/swa_hold_main.py`, run in each "
+        f"arm's environment: `main` = stock 0.5.23 in `.venv-main`, `main_islands` = "
+        f"`SWAIslandUnifiedRadixCache` as `--enable-swa-islands` builds it, in "
+        f"`.venv-main-islands`); columns are ARM/tree core. Pools: full {s['full_pool']} / SWA "
+        f"{s['swa_pool']} tokens (nothing is evicted before the end: the natural hold). "
+        "`after commit` = every running request after each chunk commit and the committing "
+        "request after each decode island (the rows below split them; the other requests' "
+        "decode tails at a decode island are what they own since their own last island, freed "
+        "by main's decode evictor, not what the commit left). "
+        "`held` = the SWA the request's tree lock holds (the rise of `swa_protected_size()` "
+        "when the lock was taken; the prompts share no token, so the locks share no node, "
+        "checked against `swa_protected_size()` at every snapshot) + its live request-owned "
+        "SWA slots past `cache_protected_len`. `decode` = after every decode step "
+        "(main's decode SWA evictor runs every `SGLANG_SWA_EVICTION_INTERVAL` = 128 tokens, "
+        "as `maybe_evict_swa`). `dead` needs node-level access (not on the Rust core): `-`.",
+        "",
+        "Costs: `time.thread_time` (this thread's CPU; the machine is shared) and "
+        "`perf_counter` around each call; per-call figures are medians over all calls of all "
+        "timing repeats, per-run figures medians over the repeats, each call less the timer's "
+        "own cost (its median around an empty call, measured in every run). Commit + reclaim = "
+        "every insert into the tree (chunk commits, decode islands: the `on_decode_progress` "
+        "calls that laid one, finishes: `release_kv_cache`, which inserts the rest of the "
+        "request) + the final reclaim (`evict` of all evictable SWA once every request "
+        "finished). The other `on_decode_progress` calls (islands only: stock main has no "
+        "hook; once per running request per decode step, the due check and the window "
+        "release) are reported beside it. Host syncs: aten "
+        "ops that would block the host on a CUDA tensor, counted at the torch dispatcher "
+        "(`islands_harness.host_syncs`): what the Rust core does on raw buffers is not seen.",
+    ]
+    acc = result.get("acceptance")
+    if acc:
+        lines += ["", "Acceptance (issue 27, per core): " + ", ".join(
+            f"{k}={v}" for k, v in acc.items())]
+    lines += ["", f"Command: `{result.get('command', '')}`"]
+    env = result.get("environment")
+    if env:
+        lines += ["", f"Machine: {env['cpus']} CPUs, load average {env['loadavg_start'][0]:.1f} "
+                      f"at start / {env['loadavg_end'][0]:.1f} at end (shared with other jobs; "
+                      f"arms interleaved per repeat, cores alternating); KV device "
+                      f"{result.get('device', '')}, 1 thread; versions "
+                      + ", ".join(f"{a}: sglang {v['sglang']}"
+                                  for a, v in result.get("versions", {}).items()) + "."]
+    lines.append("")
+    return lines
+
+
 def _header(result: dict, arms: List[str]) -> List[str]:
     s = result["shape"]
     return [
@@ -191,6 +324,10 @@ def _notes(result: dict) -> List[str]:
 def to_markdown(result: dict) -> str:
     """The result's table, pools and method notes, acceptance, command and machine."""
     t = _Table(result)
+    if result.get("target") == "main":
+        for part in (_main_hold_rows, _main_cost_rows, _main_sync_rows):
+            part(t)
+        return "\n".join(_header(result, t.arms) + t.lines + _main_notes(result))
     for part in (_hold_rows, _cost_rows, _sync_rows, _island_rows):
         part(t)
     return "\n".join(_header(result, t.arms) + t.lines + _notes(result))

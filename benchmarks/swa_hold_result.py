@@ -47,8 +47,11 @@ def hold_summary(rows: List[dict]) -> dict:
         "mean_swa_evictable_per_running_req": statistics.fmean(r["evictable"] for r in rows),
         "max_swa_allocated_per_running_req": max(r["allocated"] for r in rows),
         "mean_swa_allocated_per_running_req": statistics.fmean(r["allocated"] for r in rows),
-        "max_dead_swa_per_running_req": max(r["dead"] for r in rows),
-        "mean_dead_swa_per_running_req": statistics.fmean(r["dead"] for r in rows),
+        # None where the run could not see nodes (the 0.5.23 driver: no dead-SWA figure)
+        "max_dead_swa_per_running_req": (None if any(r["dead"] is None for r in rows)
+                                         else max(r["dead"] for r in rows)),
+        "mean_dead_swa_per_running_req": (None if any(r["dead"] is None for r in rows)
+                                          else statistics.fmean(r["dead"] for r in rows)),
     }
 
 

@@ -86,6 +86,8 @@ Examples:
   scripts/equality_gate.sh                              # full: pages 1 and 16
   scripts/equality_gate.sh --quick --save-reference /tmp/ref.json
   scripts/equality_gate.sh --quick --negative-control --reference /tmp/ref.json   # must exit 1
+  scripts/equality_gate.sh --target main --quick        # the same on sglang 0.5.23
+                                                        # (.venv-main-islands)
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ from equality_gate_compare import expected_status  # noqa: E402
 from equality_gate_oracle import Oracle  # noqa: E402
 from equality_gate_report import finish_summary, save_reference, verdict  # noqa: E402
 from equality_gate_run import GateError, Plan, Tally, make_plan, run_pages  # noqa: E402
-from equality_gate_setup import DEFAULT_ORACLE_CACHE, WORK_DIR, say  # noqa: E402
+from equality_gate_setup import DEFAULT_ORACLE_CACHE, WORK_DIR, say, server_python  # noqa: E402
 from equality_gate_workload import (  # noqa: E402
     CLASSES, CPU_CHUNK, CPU_DECODE_INTERVAL, CPU_WINDOW, Req, Step, all_reqs, build_workload,
     workload_hash)
@@ -130,6 +132,15 @@ def make_parser() -> argparse.ArgumentParser:
                "2: it could not run. The module docstring (scripts/equality_gate.py) explains "
                "the comparison policy, the evidence and the conservation readings.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", choices=("0.5.15", "main"), default="0.5.15",
+                    help="0.5.15 (default): both boots run this interpreter (the pinned .venv, "
+                         "sglang 0.5.15.post1 with the series). main: both boots run sglang "
+                         "0.5.23 with the main islands series (.venv-main-islands, "
+                         "scripts/setup_main.sh --islands), islands off vs --enable-swa-islands; "
+                         "the negative control uses test/shims/wrong_frontier_main. The gate "
+                         "itself (workload, HF oracle) always runs in this interpreter")
+    ap.add_argument("--python", default=None,
+                    help="the servers' interpreter (default: see --target)")
     ap.add_argument("--quick", action="store_true",
                     help="small workload, page 1 only (~1 min on 2 idle cores, plus ~1 min "
                          "for the HF oracle when its cache is cold)")
@@ -186,6 +197,10 @@ def make_parser() -> argparse.ArgumentParser:
                     help="boot one server at a time (default: both start together; the "
                          "workloads always run one boot at a time, and --sleep-on-idle keeps the "
                          "idle one off the CPU)")
+    ap.add_argument("--one-server", action="store_true",
+                    help="never more than one server alive: boot, run the workload, read the "
+                         "pools and stop each arm before the next boots (slower: no overlap "
+                         "of one boot with the other's workload; for a shared machine)")
     ap.add_argument("--boot-timeout", type=float, default=400.0)
     ap.add_argument("--request-timeout", type=float, default=600.0)
     ap.add_argument("--log-dir", default=str(WORK_DIR / "logs"), help="server logs")
@@ -209,7 +224,8 @@ def print_commands(plan: Plan) -> None:
 
 def announce(plan: Plan) -> None:
     args, reqs = plan.args, plan.reqs
-    say(f"model {plan.model_dir} (window {plan.window}, vocab {plan.vocab_hi}); device "
+    say(f"target {args.target} (servers: {server_python(args) or sys.executable}); model "
+        f"{plan.model_dir} (window {plan.window}, vocab {plan.vocab_hi}); device "
         f"{args.device}; pages {plan.pages}; chunk {args.chunk}, decode interval "
         f"{args.decode_interval}; {'quick' if args.quick else 'full'} workload "
         f"{workload_hash(plan.steps)}: {len(reqs)} requests, {sum(r.n for r in reqs)} tokens to "

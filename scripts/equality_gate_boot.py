@@ -18,7 +18,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional
 
-from equality_gate_setup import ROOT, SHIM_DIR, common_env, common_server_args, say
+from equality_gate_setup import (ROOT, common_env, common_server_args, say, server_python,
+                                 shim_dir)
 from equality_gate_workload import Req, Step, all_reqs
 
 if str(ROOT) not in sys.path:
@@ -29,6 +30,12 @@ from islands_harness.server import SglangServer  # noqa: E402
 
 SHIM_MARKER = "[wrong_frontier shim]"
 CUDA_BASE_ARGS = ("--device", "cuda", "--random-seed", "0", "--skip-server-warmup")
+
+# A warning the server logs with its traceback and survives: sglang 0.5.23's HTTP server posts
+# /freeze_gc after warmup and, on a loaded machine, can do so before its own port accepts
+# connections ("post-warmup freeze_gc failed" + a ConnectionRefusedError traceback, at boot, before
+# any request). Its traceback is not an alarm; every other one is.
+BENIGN_TRACEBACK_WARNINGS = ("post-warmup freeze_gc failed",)
 
 # Server-log lines that mean the server's own accounting checks fired.
 LOG_ALARMS = (
@@ -102,6 +109,21 @@ def stream_generate(base_url: str, ids: list[int], n: int,
     return Served(res.output_ids, res.cached_tokens, res.prompt_tokens)
 
 
+def alarm_lines(text: str) -> list[str]:
+    """The log's alarm lines (``LOG_ALARMS``), less the traceback lines of a benign warning
+    (``BENIGN_TRACEBACK_WARNINGS``): from that warning's line to the next timestamped line."""
+    out, benign = [], False
+    for ln in text.splitlines():
+        if any(w in ln for w in BENIGN_TRACEBACK_WARNINGS):
+            benign = True
+            continue
+        if benign and ln.startswith("["):  # the next log record ends the warning's traceback
+            benign = False
+        if not benign and any(a in ln for a in LOG_ALARMS):
+            out.append(ln.strip()[:300])
+    return out
+
+
 class Boot:
     """One server boot: start, workload, conservation readings, stop."""
 
@@ -118,7 +140,8 @@ class Boot:
             # Control only: the shim, and the server's own checks off (they would stop the server
             # at the first accounting mismatch, before the outputs can be compared).
             pp = os.environ.get("PYTHONPATH", "")
-            self.env["PYTHONPATH"] = str(SHIM_DIR) + (os.pathsep + pp if pp else "")
+            shim_path = shim_dir(getattr(args, "target", "0.5.15"))
+            self.env["PYTHONPATH"] = str(shim_path) + (os.pathsep + pp if pp else "")
             self.env["SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY"] = "0"
             self.env["SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE"] = "0"
             self.env["SGLANG_CHECK_KV_PAGE_INVARIANTS"] = "0"
@@ -127,7 +150,7 @@ class Boot:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         log = pathlib.Path(args.log_dir) / f"{stamp}-{args.device}-p{page}-{label}.log"
         kw = dict(env=self.env, omp_threads=args.omp_threads, log_path=log,
-                  boot_timeout_s=args.boot_timeout)
+                  boot_timeout_s=args.boot_timeout, python=server_python(args))
         if args.device == "cpu":
             self.srv: SglangServer = SglangServer(model_dir, self.server_args, **kw)
         else:
@@ -294,7 +317,11 @@ class Boot:
         return [ln.strip()[:300] for ln in text.splitlines() if pred(ln)]
 
     def log_alarms(self) -> list[str]:
-        return self._log_lines(lambda ln: any(a in ln for a in LOG_ALARMS))
+        try:
+            text = pathlib.Path(self.srv.log_path).read_text(errors="replace")
+        except OSError:
+            return []
+        return alarm_lines(text)
 
     def shim_lines(self) -> list[str]:
         return self._log_lines(lambda ln: SHIM_MARKER in ln)

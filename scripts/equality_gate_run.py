@@ -21,7 +21,8 @@ from equality_gate_compare import evaluate
 from equality_gate_evidence import (conservation_check, evidence, island_counters,
                                     print_conservation)
 from equality_gate_oracle import Oracle
-from equality_gate_setup import SHIM_DIR, fingerprint, model_hash, model_window, say
+from equality_gate_setup import (fingerprint, model_hash, model_window, say, server_python,
+                                 shim_dir)
 from equality_gate_workload import CPU_WINDOW, Req, Step, all_reqs, build_workload
 
 
@@ -68,8 +69,14 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if args.oracle_policy is None:
         args.oracle_policy = "strict" if args.device == "cpu" else "report"
     on_label = "on+shim" if args.negative_control else "on"
-    if args.negative_control and not (SHIM_DIR / "sitecustomize.py").is_file():
-        raise GateError(f"shim missing: {SHIM_DIR}/sitecustomize.py")
+    shim = shim_dir(args.target)
+    if args.negative_control and not (shim / "sitecustomize.py").is_file():
+        raise GateError(f"shim missing: {shim}/sitecustomize.py")
+    python = server_python(args)
+    if python is not None and not pathlib.Path(python).is_file():
+        raise GateError(f"no server interpreter {python}"
+                        + (" (build it with scripts/setup_main.sh --islands)"
+                           if args.target == "main" else ""))
     reference = None
     if args.reference:
         try:
@@ -97,7 +104,7 @@ class Tally:
     @classmethod
     def start(cls, args: argparse.Namespace) -> "Tally":
         return cls({"pages": {}, "negative_control": args.negative_control,
-                    "quick": args.quick, "device": args.device})
+                    "quick": args.quick, "device": args.device, "target": args.target})
 
 
 def reference_arm(plan: Plan, page: int, fp: dict) -> BootData:
@@ -143,11 +150,15 @@ def boot_and_run(boots: list[Boot], steps: list[Step], args: argparse.Namespace,
     """Boot the arms, run the workload on each in turn (then its end reading, /flush_cache and
     the flushed reading), stop them all; returns the first setup error, or None."""
     on = boots[-1]
+    how = ("one server at a time" if getattr(args, "one_server", False)
+           else "one at a time" if args.sequential_boots else "together")
     say(f"page {page}: booting {', '.join(b.label for b in boots)} "
-        f"({'one at a time' if args.sequential_boots else 'together'}); the only difference: "
+        f"({how}); the only difference: "
         f"--enable-swa-islands" + (" + the wrong-frontier shim" if on.shim else ""))
     say(f"  server args: {' '.join(on.server_args)}")
     say(f"  server env:  {' '.join(f'{k}={v}' for k, v in sorted(on.env.items()))}")
+    if getattr(args, "one_server", False):
+        return _one_server_at_a_time(boots, steps, page)
     try:
         start_boots(boots, args.sequential_boots)
         for b in boots:
@@ -165,6 +176,26 @@ def boot_and_run(boots: list[Boot], steps: list[Step], args: argparse.Namespace,
                 f"pools read")
     finally:
         for b in boots:
+            b.stop()
+    return None
+
+
+def _one_server_at_a_time(boots: list[Boot], steps: list[Step], page: int) -> Optional[str]:
+    """``--one-server``: each arm booted, run, read and stopped before the next boots."""
+    for b in boots:
+        try:
+            b.start()
+            if b.error:
+                return f"[{b.label} p{page}] {b.error}"
+            say(f"  [{b.label} p{page}] up in {b.srv.boot_s:.1f} s, log {b.srv.log_path}; "
+                f"workload ...")
+            b.run(steps)
+            if b.error:
+                return f"[{b.label} p{page}] {b.error}"
+            b.end_of_workload_and_flush()
+            b.after_flush()
+            say(f"  [{b.label} p{page}] workload done in {b.work_s:.1f} s; flushed, pools read")
+        finally:
             b.stop()
     return None
 

@@ -18,6 +18,26 @@ from equality_gate_workload import Step, workload_hash
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 SHIM_DIR = ROOT / "test" / "shims" / "wrong_frontier"
+# --target main: the 0.5.23 control shim and the environment both boots run in (islands off is
+# the same patched 0.5.23 without --enable-swa-islands, as the flag promises stock behaviour)
+MAIN_SHIM_DIR = ROOT / "test" / "shims" / "wrong_frontier_main"
+MAIN_PYTHON = ROOT / ".venv-main-islands" / "bin" / "python"
+TARGETS = ("0.5.15", "main")
+
+
+def shim_dir(target: str) -> pathlib.Path:
+    """The wrong-frontier control shim of ``target``."""
+    return MAIN_SHIM_DIR if target == "main" else SHIM_DIR
+
+
+def server_python(args: argparse.Namespace) -> Optional[str]:
+    """The interpreter the boots run: ``--python``, else ``.venv-main-islands``'s for
+    ``--target main``, else None (this process's, the pinned ``.venv``)."""
+    if getattr(args, "python", None):
+        return args.python
+    if getattr(args, "target", "0.5.15") == "main":
+        return str(MAIN_PYTHON)
+    return None
 WORK_DIR = ROOT / ".work" / "equality-gate"
 DEFAULT_ORACLE_CACHE = WORK_DIR / "oracle-cache.json"
 
@@ -87,6 +107,9 @@ def model_window(model_dir: pathlib.Path) -> Optional[int]:
 
 def fingerprint(page: int, steps: list[Step], args, mhash: str) -> dict:
     """What an islands-off reference must have been recorded with to stand in for a boot."""
-    return {"page": page, "device": args.device, "workload": workload_hash(steps),
+    fp = {"page": page, "device": args.device, "workload": workload_hash(steps),
             "server_args": common_server_args(args, page),
             "env": common_env(args.device, page, args.kv_page_invariants), "model": mhash}
+    if getattr(args, "target", "0.5.15") != "0.5.15":  # 0.5.15 references stay valid
+        fp["target"] = args.target
+    return fp
