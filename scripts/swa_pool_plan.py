@@ -17,6 +17,7 @@ import math
 import os
 import re
 import sys
+from typing import Optional
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
@@ -258,9 +259,10 @@ def _read_config(path: str) -> dict:
         raise ValueError(f"--model-config {path} is not valid JSON: {e}") from None
 
 
-def _heads(total: int, tp: int) -> dict:
-    """{"total": H, "per_rank": max(1, H // tp), "replicas": ranks holding each head}."""
-    per_rank = plan.kv_heads_per_rank(total, tp)
+def _heads(total: int, tp: int, per_rank: Optional[int] = None) -> dict:
+    """{"total": H, "per_rank": max(1, H // tp) unless given, "replicas": ranks holding each
+    head (tp / H when there are fewer heads than ranks, else 1)}."""
+    per_rank = plan.kv_heads_per_rank(total, tp) if per_rank is None else per_rank
     return {"total": total, "per_rank": per_rank, "replicas": tp * per_rank // total if total < tp else 1}
 
 
@@ -292,9 +294,9 @@ def resolve_inputs(args, parser):
         )
         whole = shape if args.tp_size == 1 else plan.read_model_shape(
             args.model_config, tp_size=1, config=config)
-        heads = {"full": _heads(whole.kv_heads, args.tp_size), "swa": _heads(whole.swa_kv_heads, args.tp_size)}
-        # the reader's per-rank heads are SGLang's own (get_num_kv_heads at this TP size)
-        assert (heads["full"]["per_rank"], heads["swa"]["per_rank"]) == (shape.kv_heads, shape.swa_kv_heads)
+        # per rank: what the reader got at this TP size (ModelConfig.get_num_kv_heads itself)
+        heads = {"full": _heads(whole.kv_heads, args.tp_size, shape.kv_heads),
+                 "swa": _heads(whole.swa_kv_heads, args.tp_size, shape.swa_kv_heads)}
         return layout, window, source, heads
     if args.full_bytes_per_token is None or args.swa_bytes_per_token is None:
         parser.error(
@@ -334,8 +336,6 @@ def make_plan(args, parser, argv=None) -> dict:
     kv, window, source, heads = resolve_inputs(args, parser)
     bpt = kv.bytes_per_token if isinstance(kv, plan.HybridKVLayout) else kv
     parallel = plan.Parallelism(tp_size=args.tp_size, dp_size=args.dp_size)
-    if args.max_running < 1:
-        parser.error("n_running (--max-running-requests) must be positive, got 0")
     n_replica = parallel.requests_per_replica(args.max_running)
     if args.mean_accept_len is not None:
         if args.mean_accept_len <= 0:
