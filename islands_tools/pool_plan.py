@@ -30,6 +30,11 @@ Vocabulary (token counts unless a name ends in ``bytes``):
   hold ``H``   SWA tokens one running request keeps unavailable to the admission check.
   island floor The SWA tokens ``N`` running requests need once islands free eagerly.
   admission bind  How many running requests the SWA pool admits: ``swa_pool / H``.
+  rank         One GPU's scheduler and pools; every figure above is one rank's. Under tensor
+               parallelism each rank of a replica holds the same tokens with
+               ``max(1, kv_heads // tp)`` KV heads per layer (:func:`kv_heads_per_rank`), so
+               bytes per token are per rank; under data parallelism each replica carries
+               its share of the requests (:class:`Parallelism`).
 
 Worked example (the seed deployment; SI units, KB = 1000 B): full 9.5 KB, swa 95 KB, draft
 10.24 KB per token, B = 37 GB, p = 64:
