@@ -30,6 +30,11 @@ Vocabulary (token counts unless a name ends in ``bytes``):
   hold ``H``   SWA tokens one running request keeps unavailable to the admission check.
   island floor The SWA tokens ``N`` running requests need once islands free eagerly.
   admission bind  How many running requests the SWA pool admits: ``swa_pool / H``.
+  rank         One GPU's scheduler and pools; every figure above is one rank's. Under tensor
+               parallelism each rank of a replica holds the same tokens with
+               ``max(1, kv_heads // tp)`` KV heads per layer (:func:`kv_heads_per_rank`), so
+               bytes per token are per rank; under data parallelism each replica carries
+               its share of the requests (:class:`Parallelism`).
 
 Worked example (the seed deployment; SI units, KB = 1000 B): full 9.5 KB, swa 95 KB, draft
 10.24 KB per token, B = 37 GB, p = 64:
@@ -74,8 +79,11 @@ __all__ = [
     "PoolSizes",
     "RatioRecommendation",
     "PlanRow",
+    "Parallelism",
     "dtype_bytes",
+    "kv_heads_per_rank",
     "kv_bytes_per_layer",
+    "per_rank_bytes_per_token",
     "model_shape_from_model_config",
     "model_shape_from_hf_config",
     "read_model_shape",
@@ -163,6 +171,16 @@ def dtype_bytes(kv_dtype: str) -> int:
         ) from None
 
 
+def kv_heads_per_rank(num_kv_heads: int, tp_size: int) -> int:
+    """KV heads one tensor-parallel rank stores: ``max(1, heads // tp)``, SGLang's
+    ``ModelConfig.get_num_kv_heads(attention_tp_size)``. Fewer heads than ranks are replicated
+    so each rank holds one. Examples: 8 heads, TP 4 -> 2; 2 heads, TP 8 -> 1 (each head on 4
+    ranks)."""
+    _check_positive("num_kv_heads", num_kv_heads, integer=True)
+    _check_positive("tp_size", tp_size, integer=True)
+    return max(1, num_kv_heads // tp_size)
+
+
 def kv_bytes_per_layer(
     num_kv_heads: int,
     head_dim: int,
@@ -185,7 +203,7 @@ def kv_bytes_per_layer(
     if v_head_dim is None:
         v_head_dim = head_dim
     _check_positive("v_head_dim", v_head_dim, integer=True)
-    return max(1, num_kv_heads // tp_size) * (head_dim + v_head_dim) * dtype_nbytes
+    return kv_heads_per_rank(num_kv_heads, tp_size) * (head_dim + v_head_dim) * dtype_nbytes
 
 
 def cost_per_token(
@@ -229,6 +247,64 @@ class KVBytesPerToken:
 
     def cell_size(self, ratio: float) -> float:
         return cost_per_token(self.full, self.swa, self.draft, ratio)
+
+
+def per_rank_bytes_per_token(
+    kv: KVBytesPerToken, tp_size: int, kv_heads: int, swa_kv_heads: Optional[int] = None
+) -> KVBytesPerToken:
+    """Bytes per token on ONE tensor-parallel rank, from the whole model's (TP 1) totals.
+
+    Each layer's K+V scales with the heads a rank stores (:func:`kv_heads_per_rank`):
+    ``full * max(1, H // tp) / H`` with ``H = kv_heads``, SWA the same with ``swa_kv_heads``
+    (default ``kv_heads``); draft KV is budgeted like full KV (SGLang's configurator charges
+    draft layers at the full layers' per-rank bytes), so it scales with ``kv_heads`` too.
+    Example: 9.5 KB full over 2 KV heads at TP 4 -> 1 head per rank (replicated) -> 4.75 KB.
+    """
+    _check_positive("tp_size", tp_size, integer=True)
+    swa_kv_heads = kv_heads if swa_kv_heads is None else swa_kv_heads
+
+    def scale(name: str, total: float, heads: int) -> float:
+        per_rank = kv_heads_per_rank(heads, tp_size)
+        if total % heads:
+            raise ValueError(
+                f"{name} bytes per token ({total:,.0f}) is not a multiple of its {heads} KV "
+                "heads: give the whole model's bytes (TP 1) and its KV head count"
+            )
+        return total // heads * per_rank
+
+    return KVBytesPerToken(
+        full=scale("full", kv.full, kv_heads),
+        swa=scale("SWA", kv.swa, swa_kv_heads),
+        draft=scale("draft", kv.draft, kv_heads) if kv.draft else kv.draft,
+    )
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """Tensor and data parallelism of a deployment: what one rank's pools carry.
+
+    Every TP rank of a replica runs its own scheduler and pools, with the same token counts
+    (the same requests) and its share of the KV heads; ``--budget`` is per GPU, so one rank's
+    pools are the plan's pools. Each of ``dp_size`` replicas (plain ``--dp-size``, or
+    ``--enable-dp-attention`` with ``tp_size`` its attention-TP size) has its own pools and its
+    own share of the requests: ``ceil(n_running / dp_size)``.
+    Example: TP 2 x DP 2 = 4 GPUs; 48 running in all -> 24 per replica.
+    """
+
+    tp_size: int = 1
+    dp_size: int = 1
+
+    def __post_init__(self) -> None:
+        _check_positive("tp_size (--tp-size)", self.tp_size, integer=True)
+        _check_positive("dp_size (--dp-size)", self.dp_size, integer=True)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp_size * self.dp_size
+
+    def requests_per_replica(self, n_running: int) -> int:
+        _check_positive("n_running (--max-running-requests)", n_running, integer=True)
+        return -(-n_running // self.dp_size)
 
 
 @dataclass(frozen=True)
@@ -425,10 +501,10 @@ def model_shape_from_hf_config(config: Mapping[str, Any], *, tp_size: int = 1) -
     return ModelShape(
         full_layers=n_full,
         swa_layers=n_swa,
-        kv_heads=max(1, int(kv_heads) // tp_size),
+        kv_heads=kv_heads_per_rank(int(kv_heads), tp_size),
         head_dim=int(head_dim),
         v_head_dim=int(v_head_dim),
-        swa_kv_heads=max(1, int(swa_kv_heads) // tp_size),
+        swa_kv_heads=kv_heads_per_rank(int(swa_kv_heads), tp_size),
         swa_head_dim=int(swa_head_dim),
         swa_v_head_dim=int(swa_v_head_dim),
         sliding_window=int(window) if window is not None else None,

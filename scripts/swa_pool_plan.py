@@ -17,6 +17,7 @@ import math
 import os
 import re
 import sys
+from typing import Optional
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
@@ -176,15 +177,36 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--draft-layers", type=_count, default=0, metavar="N",
                      help="with --model-config: speculative draft layers (EAGLE/STANDALONE), "
                           "each budgeted as one full-attention layer (default 0)")
-    src.add_argument("--tp-size", type=_count, default=1, metavar="N",
-                     help="with --model-config: attention tensor-parallel size; KV heads per GPU "
-                          "are max(1, heads // N) (default 1). --budget is per GPU")
     src.add_argument("--full-bytes-per-token", type=parse_size, metavar="SIZE",
                      help="bytes one token costs across ALL full-attention layers (e.g. 9.5KB)")
     src.add_argument("--swa-bytes-per-token", type=parse_size, metavar="SIZE",
                      help="bytes one token costs across ALL sliding-window layers, if retained (e.g. 95KB)")
     src.add_argument("--draft-bytes-per-token", type=parse_size, default=None, metavar="SIZE",
                      help="bytes of speculative draft KV per token of index space (e.g. 10.24KB; default 0)")
+
+    par = p.add_argument_group(
+        "parallelism: what a ratio means per rank",
+        "Every rank runs its own scheduler and both pools; --budget is one GPU's, so the plan's "
+        "pools are one rank's. TP splits the KV heads across the ranks of a replica (the same "
+        "tokens on each); DP replicas each take their share of the requests.")
+    par.add_argument("--tp-size", type=_count, default=1, metavar="N",
+                     help="tensor-parallel size (default 1; with --enable-dp-attention the "
+                          "attention-TP size, tp/dp). A rank stores max(1, kv_heads // N) KV heads "
+                          "per layer, as SGLang's ModelConfig.get_num_kv_heads: fewer heads than "
+                          "ranks are replicated, one per rank. Bytes per token become per rank; "
+                          "token counts do not change")
+    par.add_argument("--dp-size", type=_count, default=1, metavar="D",
+                     help="data-parallel replicas (default 1), each with its own pools: "
+                          "--max-running is then the whole deployment's and each replica carries "
+                          "ceil(N / D). (SGLang's --max-running-requests is per replica under "
+                          "plain --dp-size and divided by D under --enable-dp-attention)")
+    par.add_argument("--kv-heads", type=_count, default=None, metavar="H",
+                     help="with explicit sizes and --tp-size: the model's KV heads per "
+                          "full-attention layer (draft layers count the same); the sizes are "
+                          "then the whole model's (TP 1) and are scaled to one rank")
+    par.add_argument("--swa-kv-heads", type=_count, default=None, metavar="H",
+                     help="with --kv-heads: KV heads per sliding-window layer, if they differ "
+                          "(default --kv-heads)")
 
     dep = p.add_argument_group("deployment")
     dep.add_argument("--budget", type=parse_size, required=True, metavar="SIZE",
@@ -196,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     dep.add_argument("--chunk", type=_count, required=True, metavar="TOKENS",
                      help="--chunked-prefill-size in tokens (e.g. 16384)")
     dep.add_argument("--max-running", type=_count, required=True, metavar="N",
-                     help="running requests the SWA pool must carry (--max-running-requests, e.g. 48)")
+                     help="running requests the SWA pool must carry (--max-running-requests, e.g. 48; "
+                          "with --dp-size, the whole deployment's)")
     dep.add_argument("--max-total-tokens", type=_count, default=None, metavar="TOKENS",
                      help="SGLang's --max-total-tokens cap on the index space, if you set one")
 
@@ -236,12 +259,25 @@ def _read_config(path: str) -> dict:
         raise ValueError(f"--model-config {path} is not valid JSON: {e}") from None
 
 
+def _heads(total: int, tp: int, per_rank: Optional[int] = None) -> dict:
+    """{"total": H, "per_rank": max(1, H // tp) unless given, "replicas": ranks holding each
+    head (tp / H when there are fewer heads than ranks, else 1)}."""
+    per_rank = plan.kv_heads_per_rank(total, tp) if per_rank is None else per_rank
+    return {"total": total, "per_rank": per_rank, "replicas": tp * per_rank // total if total < tp else 1}
+
+
 def resolve_inputs(args, parser):
-    """Returns (kv, window, source description) or calls parser.error (exit 2)."""
+    """Returns (kv, window, source description, KV heads per layer kind or None) or calls
+    parser.error (exit 2). ``kv`` is one rank's bytes per token."""
     explicit = [args.full_bytes_per_token, args.swa_bytes_per_token, args.draft_bytes_per_token]
+    if args.tp_size < 1 or args.dp_size < 1:
+        parser.error("--tp-size and --dp-size must be at least 1")
     if args.model_config:
         if any(v is not None for v in explicit):
             parser.error("give either --model-config or the --*-bytes-per-token sizes, not both")
+        if args.kv_heads is not None or args.swa_kv_heads is not None:
+            parser.error("--kv-heads and --swa-kv-heads apply only to explicit sizes "
+                         "(--model-config gives the heads)")
         if not args.kv_dtype:
             parser.error("--model-config needs --kv-dtype (fp8, bf16, fp16 or fp32)")
         config = _read_config(args.model_config)
@@ -256,27 +292,51 @@ def resolve_inputs(args, parser):
             f"{layout.full_bytes_per_layer} B, {layout.swa_layers} SWA x {layout.swa_bytes_per_layer} B, "
             f"{layout.draft_layers} draft x {layout.full_bytes_per_layer} B per token"
         )
-        return layout, window, source
+        whole = shape if args.tp_size == 1 else plan.read_model_shape(
+            args.model_config, tp_size=1, config=config)
+        # per rank: what the reader got at this TP size (ModelConfig.get_num_kv_heads itself)
+        heads = {"full": _heads(whole.kv_heads, args.tp_size, shape.kv_heads),
+                 "swa": _heads(whole.swa_kv_heads, args.tp_size, shape.swa_kv_heads)}
+        return layout, window, source, heads
     if args.full_bytes_per_token is None or args.swa_bytes_per_token is None:
         parser.error(
             "bytes per token are missing: give --model-config PATH --kv-dtype DTYPE, or both "
             "--full-bytes-per-token and --swa-bytes-per-token"
         )
-    if args.kv_dtype or args.draft_layers or args.tp_size != 1:
-        parser.error("--kv-dtype, --draft-layers and --tp-size only apply with --model-config")
+    if args.kv_dtype or args.draft_layers:
+        parser.error("--kv-dtype and --draft-layers only apply with --model-config")
     if args.window is None:
         parser.error("--window is required with explicit bytes per token (the model's sliding window)")
+    if args.swa_kv_heads is not None and args.kv_heads is None:
+        parser.error("--swa-kv-heads needs --kv-heads")
+    if args.tp_size != 1 and args.kv_heads is None:
+        parser.error(
+            "--tp-size with explicit sizes needs --kv-heads (and --swa-kv-heads if the SWA layers "
+            "have other heads): a rank stores max(1, heads // tp) of them, so its bytes per token "
+            "depend on the head count"
+        )
+    if (args.kv_heads, args.swa_kv_heads).count(0):
+        parser.error("--kv-heads and --swa-kv-heads must be at least 1")
     kv = plan.KVBytesPerToken(
         full=args.full_bytes_per_token,
         swa=args.swa_bytes_per_token,
         draft=args.draft_bytes_per_token or 0,
     )
-    return kv, args.window, "explicit sizes"
+    if args.kv_heads is None:
+        return kv, args.window, "explicit sizes", None
+    swa_heads = args.swa_kv_heads if args.swa_kv_heads is not None else args.kv_heads
+    heads = {"full": _heads(args.kv_heads, args.tp_size), "swa": _heads(swa_heads, args.tp_size)}
+    if args.tp_size == 1:
+        return kv, args.window, "explicit sizes", heads
+    per_rank = plan.per_rank_bytes_per_token(kv, args.tp_size, args.kv_heads, swa_heads)
+    return per_rank, args.window, f"explicit sizes of the whole model, one rank of TP {args.tp_size}", heads
 
 
 def make_plan(args, parser, argv=None) -> dict:
-    kv, window, source = resolve_inputs(args, parser)
+    kv, window, source, heads = resolve_inputs(args, parser)
     bpt = kv.bytes_per_token if isinstance(kv, plan.HybridKVLayout) else kv
+    parallel = plan.Parallelism(tp_size=args.tp_size, dp_size=args.dp_size)
+    n_replica = parallel.requests_per_replica(args.max_running)
     if args.mean_accept_len is not None:
         if args.mean_accept_len <= 0:
             parser.error("--mean-accept-len must be positive")
@@ -284,7 +344,7 @@ def make_plan(args, parser, argv=None) -> dict:
             args.mean_accept_len, decode_interval=max(1, args.chunk // 4)
         )
     workload = plan.Workload(
-        n_running=args.max_running,
+        n_running=n_replica,
         window=window,
         page=args.page,
         chunk=args.chunk,
@@ -332,6 +392,29 @@ def make_plan(args, parser, argv=None) -> dict:
             "margin_target": rec.margin_target,
             "admission_bind_without_islands": plan.admission_bind(rec.pool.swa_tokens, hold),
         },
+        "parallelism": {
+            "tp_size": parallel.tp_size,
+            "dp_size": parallel.dp_size,
+            "gpus": parallel.gpus,
+            "kv_heads": heads,
+            "running_total": args.max_running,
+            "running_per_replica": n_replica,
+            # one rank at the recommended ratio (every rank of the deployment alike)
+            "per_rank": {
+                "swa_full_tokens_ratio": rec.ratio,
+                "max_total_tokens": rec.pool.full_tokens,
+                "swa_pool_tokens": rec.pool.swa_tokens,
+                "full_pool_bytes": rec.pool.full_tokens * bpt.full,
+                "draft_pool_bytes": rec.pool.full_tokens * bpt.draft,
+                "swa_pool_bytes": rec.pool.swa_tokens * bpt.swa,
+                "kv_bytes": rec.pool.full_tokens * bpt.fixed + rec.pool.swa_tokens * bpt.swa,
+                "running_requests": n_replica,
+                "island_capacity": plan.island_capacity(
+                    rec.pool.swa_tokens, window, args.page, args.chunk,
+                    chunks_in_flight=args.chunks_in_flight, decode_tail=args.decode_tail),
+                "admission_bind_without_islands": plan.admission_bind(rec.pool.swa_tokens, hold),
+            },
+        },
         "table": [
             {
                 "ratio": r.ratio,
@@ -352,8 +435,9 @@ def _kb(x: float) -> str:
 
 
 def render(p: dict) -> str:
-    i, rec = p["inputs"], p["recommendation"]
-    n, w, pg, cp = i["max_running"], i["window"], i["page"], i["chunk"]
+    i, rec, par = p["inputs"], p["recommendation"], p["parallelism"]
+    n, w, pg, cp = par["running_per_replica"], i["window"], i["page"], i["chunk"]
+    spread = par["gpus"] > 1
     floor_terms = f"{i['chunks_in_flight']} x {cp} + {n} x ({w} + {pg}" + (
         f" + {i['decode_tail']})" if i["decode_tail"] else ")")
     out = [
@@ -363,7 +447,9 @@ def render(p: dict) -> str:
         f"(if retained), draft {_kb(i['draft_bytes_per_token'])}  [{i['source']}]",
         f"  budget            {i['budget_bytes'] / 1e9:,.2f} GB ({i['budget_bytes']:,} B) for KV per GPU"
         + (f", --max-total-tokens {i['max_total_tokens']:,}" if i["max_total_tokens"] else ""),
-        f"  workload          {n} running, window w={w}, page p={pg}, chunk cp={cp}",
+        f"  workload          {n} running"
+        + (f" per replica ({par['running_total']} over DP {par['dp_size']})" if par["dp_size"] > 1 else "")
+        + f", window w={w}, page p={pg}, chunk cp={cp}",
         "",
         f"  c(r)              {_kb(p['cost_per_token']['fixed_bytes'])} + r x {_kb(p['cost_per_token']['swa_bytes'])} per token of index space",
         f"  T_max(r)          floor_p(budget // c(r)), SWA pool floor_p(int(T_max x r))",
@@ -378,6 +464,7 @@ def render(p: dict) -> str:
         f"                    at {rec['swa_full_tokens_ratio']:.2f} admission binds at "
         f"{rec['admission_bind_without_islands']:.1f} running requests (of {n}); turning islands",
         "                    off needs the ratio raised with it",
+        *(_render_per_rank(p) if spread else []),
         "",
         f"  {'ratio':>5}  {'c(r) KB':>8}  {'T_max':>10}  {'SWA pool':>9}  {'vs floor':>8}  {'N islands':>9}  {'N w/o islands':>13}",
     ]
@@ -393,7 +480,42 @@ def render(p: dict) -> str:
         "  vs floor: SWA pool / island floor - 1.  N islands: running requests the island floor admits.",
         "  N w/o islands: SWA pool / H, where stock SGLang's admission binds.  *: recommended.",
     ]
+    if spread:
+        out.append(f"  Every row is one rank's (TP {par['tp_size']} x DP {par['dp_size']}); N counts one "
+                   f"replica's requests, the deployment admits {par['dp_size']} times as many.")
     return "\n".join(out)
+
+
+def _render_per_rank(p: dict) -> list:
+    """What the recommended ratio means on one rank, under TP and DP."""
+    i, par = p["inputs"], p["parallelism"]
+    r = par["per_rank"]
+    heads = par["kv_heads"]
+
+    def head_text(kind: str) -> str:
+        h = heads[kind]
+        rep = f", each on {h['replicas']} ranks" if h["replicas"] > 1 else ""
+        return f"{kind.upper() if kind == 'swa' else kind} {h['per_rank']} of {h['total']}{rep}"
+
+    gb = lambda x: f"{x / 1e9:,.2f} GB"  # noqa: E731
+    pad = " " * 20
+    lines = [f"  per rank          TP {par['tp_size']} x DP {par['dp_size']} = {par['gpus']} GPUs, "
+             "each rank with both pools of its own"]
+    if heads:
+        lines.append(f"{pad}KV heads per rank: {head_text('full')}; {head_text('swa')}")
+    lines += [
+        f"{pad}at {r['swa_full_tokens_ratio']:.2f}: full + draft {r['max_total_tokens']:,} tokens x "
+        f"{_kb(i['full_bytes_per_token'] + i['draft_bytes_per_token'])} = "
+        f"{gb(r['full_pool_bytes'] + r['draft_pool_bytes'])},",
+        f"{pad}SWA {r['swa_pool_tokens']:,} tokens x {_kb(i['swa_bytes_per_token'])} = "
+        f"{gb(r['swa_pool_bytes'])}; {gb(r['kv_bytes'])} of the {gb(i['budget_bytes'])} budget",
+        f"{pad}{r['running_requests']} running requests per replica at the cap"
+        + (f" ({par['running_total']} over DP {par['dp_size']})" if par["dp_size"] > 1 else "")
+        + (f", on each of its {par['tp_size']} TP ranks" if par["tp_size"] > 1 else ""),
+        f"{pad}its SWA pool admits {r['island_capacity']:,} with islands, "
+        f"{r['admission_bind_without_islands']:.1f} without",
+    ]
+    return lines
 
 
 def main(argv=None) -> int:

@@ -49,6 +49,28 @@ def test_flag_combinations_without_swa_radix_cache_are_rejected_at_startup(flags
     server_args(enable_swa_islands=False, **flags)  # the same flags alone are fine
 
 
+@pytest.mark.parametrize(
+    "mode, reason",
+    [
+        # the decode server's cache is SWAChunkCache: the PD hook forces --disable-radix-cache,
+        # and the refusal must name disaggregation, not a flag the operator never gave
+        ("decode", "builds SWAChunkCache on the decode server (no radix tree"),
+        # the prefill server's transfer reads the last SWA window of each request
+        ("prefill", "islands on that path are not verified with any transfer backend"),
+    ],
+)
+def test_pd_disaggregation_is_refused_in_either_mode_with_its_reason(mode, reason):
+    """docs/DISAGGREGATION.md: what each side's cache is and why islands are refused there."""
+    with pytest.raises(ValueError) as e:
+        server_args(enable_swa_islands=True, disaggregation_mode=mode)
+    message = str(e.value)
+    assert message.startswith("--enable-swa-islands cannot be used here: ")
+    assert f"--disaggregation-mode {mode}" in message and reason in message
+    assert "--disable-radix-cache builds" not in message
+    # the same mode without islands boots as stock does
+    assert server_args(enable_swa_islands=False, disaggregation_mode=mode).disaggregation_mode == mode
+
+
 @pytest.mark.parametrize("env", ["SGLANG_ENABLE_UNIFIED_RADIX_TREE", "SGLANG_EXPERIMENTAL_CPP_RADIX_TREE"])
 def test_environment_switches_to_other_trees_are_rejected(env):
     with env_overrides({env: "1"}):

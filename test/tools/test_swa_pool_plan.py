@@ -670,3 +670,143 @@ def test_serving_floor_recommends_the_spec_ratio():
     assert (bare.returncode, bare.stdout) == (0, res.stdout), bare.stderr
     bad = cli(*SPEC_ARGS, "--mean-accept-len", "-1")
     assert bad.returncode == 2 and "--mean-accept-len must be positive" in bad.stderr
+
+
+# ------------------------------------------------------- tensor and data parallelism (per rank)
+
+
+def test_kv_heads_per_rank_is_sglangs_get_num_kv_heads(sglang_configs):
+    """A rank stores max(1, heads // tp): split when TP divides the heads, one replicated head
+    per rank when there are fewer heads than ranks (ModelConfig.get_num_kv_heads)."""
+    _, _, mc = sglang_configs["hybrid_pattern"]  # 2 full KV heads, 4 SWA KV heads
+    for tp in (1, 2, 4, 8):
+        assert plan.kv_heads_per_rank(2, tp) == mc.get_num_kv_heads(tp)
+        assert plan.kv_heads_per_rank(4, tp) == mc.get_swa_num_kv_heads(tp)
+    assert [plan.kv_heads_per_rank(8, tp) for tp in (1, 2, 4, 8, 16)] == [8, 4, 2, 1, 1]
+
+
+def test_a_tp_that_divides_the_kv_heads_divides_bytes_per_token_not_tokens():
+    """Explicit whole-model sizes, 2 full and 8 SWA KV heads, TP 2: each rank stores half of
+    every layer, so its bytes per token halve and its pools (same per-GPU budget) hold more."""
+    kv = plan.per_rank_bytes_per_token(SPEC_KV, 2, kv_heads=2, swa_kv_heads=8)
+    assert kv == plan.KVBytesPerToken(full=4750, swa=47500, draft=5120)
+    res = cli(*SPEC_ARGS, "--tp-size", "2", "--kv-heads", "2", "--swa-kv-heads", "8", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert (data["inputs"]["full_bytes_per_token"], data["inputs"]["swa_bytes_per_token"],
+            data["inputs"]["draft_bytes_per_token"]) == (4750, 47500, 5120)
+    par = data["parallelism"]
+    assert par["kv_heads"] == {"full": {"total": 2, "per_rank": 1, "replicas": 1},
+                               "swa": {"total": 8, "per_rank": 4, "replicas": 1}}
+    assert (par["tp_size"], par["dp_size"], par["gpus"]) == (2, 1, 2)
+    rec = plan.recommend_ratio(kv, SPEC_BUDGET, SPEC_LOAD)
+    r = par["per_rank"]
+    assert r["swa_full_tokens_ratio"] == rec.ratio == data["recommendation"]["swa_full_tokens_ratio"]
+    assert (r["max_total_tokens"], r["swa_pool_tokens"]) == (rec.pool.full_tokens, rec.pool.swa_tokens)
+    assert r["full_pool_bytes"] == rec.pool.full_tokens * 4750
+    assert r["draft_pool_bytes"] == rec.pool.full_tokens * 5120
+    assert r["swa_pool_bytes"] == rec.pool.swa_tokens * 47500
+    assert r["kv_bytes"] <= SPEC_BUDGET
+    assert r["running_requests"] == N  # TP does not split requests: every rank carries all 48
+    # one rank's pools at a ratio hold more tokens than TP 1's at the same ratio
+    assert plan.solve_pool_sizes(kv, SPEC_BUDGET, 0.17, P).full_tokens > spec_pool(0.17).full_tokens
+    text = cli(*SPEC_ARGS, "--tp-size", "2", "--kv-heads", "2", "--swa-kv-heads", "8").stdout
+    assert "full 4.75 KB, SWA 47.50 KB (if retained), draft 5.12 KB" in text
+    assert "TP 2 x DP 1 = 2 GPUs, each rank with both pools of its own" in text
+    assert "KV heads per rank: full 1 of 2; SWA 4 of 8" in text
+    assert f"SWA {rec.pool.swa_tokens:,} tokens x 47.50 KB = {rec.pool.swa_tokens * 47500 / 1e9:,.2f} GB" in text
+    assert "48 running requests per replica at the cap, on each of its 2 TP ranks" in text
+
+
+def test_a_tp_beyond_the_kv_heads_replicates_them_and_stops_shrinking_bytes():
+    """2 full KV heads over TP 8: every rank still stores one (each head on 4 ranks), so full
+    and draft bytes per rank stay at TP 2's; the 8 SWA heads split to one per rank."""
+    kv = plan.per_rank_bytes_per_token(SPEC_KV, 8, kv_heads=2, swa_kv_heads=8)
+    assert kv == plan.KVBytesPerToken(full=4750, swa=11875, draft=5120)
+    res = cli(*SPEC_ARGS, "--tp-size", "8", "--kv-heads", "2", "--swa-kv-heads", "8", "--json")
+    assert res.returncode == 0, res.stderr
+    par = json.loads(res.stdout)["parallelism"]
+    assert par["kv_heads"]["full"] == {"total": 2, "per_rank": 1, "replicas": 4}
+    assert par["kv_heads"]["swa"] == {"total": 8, "per_rank": 1, "replicas": 1}
+    assert json.loads(res.stdout)["inputs"]["full_bytes_per_token"] == 4750
+    text = cli(*SPEC_ARGS, "--tp-size", "8", "--kv-heads", "2", "--swa-kv-heads", "8").stdout
+    assert "KV heads per rank: full 1 of 2, each on 4 ranks; SWA 1 of 8" in text
+
+
+def test_tp_from_a_model_config_reads_sglangs_per_rank_heads(tmp_path):
+    """HYBRID_PATTERN_LLAMA: 2 full KV heads, 4 SWA KV heads, bf16. TP 2 divides both; TP 4
+    replicates the full heads (full bytes stay at TP 2's) and divides the SWA ones."""
+    (tmp_path / "config.json").write_text(json.dumps(HYBRID_PATTERN_LLAMA))
+    common = ["--model-config", str(tmp_path), "--kv-dtype", "bf16", "--budget", "300MB", "--page", "16",
+              "--chunk", "512", "--max-running", "8", "--json"]
+    runs = {tp: json.loads(cli(*common, "--tp-size", str(tp)).stdout) for tp in (1, 2, 4)}
+    full = {tp: d["inputs"]["full_bytes_per_token"] for tp, d in runs.items()}
+    swa = {tp: d["inputs"]["swa_bytes_per_token"] for tp, d in runs.items()}
+    assert full == {1: 2 * 2 * (16 + 16) * 2, 2: 2 * 1 * (16 + 16) * 2, 4: 2 * 1 * (16 + 16) * 2}
+    assert swa == {1: 3 * 4 * (24 + 24) * 2, 2: 3 * 2 * (24 + 24) * 2, 4: 3 * 1 * (24 + 24) * 2}
+    assert runs[2]["parallelism"]["kv_heads"] == {"full": {"total": 2, "per_rank": 1, "replicas": 1},
+                                                  "swa": {"total": 4, "per_rank": 2, "replicas": 1}}
+    assert runs[4]["parallelism"]["kv_heads"]["full"] == {"total": 2, "per_rank": 1, "replicas": 2}
+    # bytes fall, so one rank's index space grows (same per-GPU budget)
+    assert (runs[1]["parallelism"]["per_rank"]["max_total_tokens"]
+            < runs[2]["parallelism"]["per_rank"]["max_total_tokens"]
+            < runs[4]["parallelism"]["per_rank"]["max_total_tokens"])
+
+
+def test_dp_splits_the_requests_and_each_replica_plans_its_share():
+    """--max-running 48 over DP 2: each replica's pools carry 24, so its plan is the 24-request
+    plan (floor, recommendation, table); bytes per token do not change. Uneven splits round up."""
+    res = cli(*SPEC_ARGS, "--dp-size", "2", "--json")
+    one = cli(*[a if a != "48" else "24" for a in SPEC_ARGS], "--json")
+    assert res.returncode == one.returncode == 0, res.stderr
+    dp, alone = json.loads(res.stdout), json.loads(one.stdout)
+    for key in ("island_floor", "pool_floor_ratio", "recommendation", "table", "cost_per_token"):
+        assert dp[key] == alone[key], key
+    assert dp["island_floor"] == 16384 + 24 * (1024 + 64)
+    par = dp["parallelism"]
+    assert (par["running_total"], par["running_per_replica"], par["gpus"]) == (48, 24, 2)
+    assert par["per_rank"]["running_requests"] == 24
+    assert par["kv_heads"] is None  # explicit sizes, TP 1: no heads needed
+    assert dp["inputs"]["full_bytes_per_token"] == 9500
+    assert plan.Parallelism(dp_size=3).requests_per_replica(49) == 17
+    assert json.loads(cli(*SPEC_ARGS, "--dp-size", "3", "--json").stdout)["island_floor"] == 16384 + 16 * 1088
+    text = cli(*SPEC_ARGS, "--dp-size", "2").stdout
+    assert "workload          24 running per replica (48 over DP 2)" in text
+    assert "= 42,496 tokens" in text
+    assert "24 running requests per replica at the cap (48 over DP 2)" in text
+    assert "N counts one replica's requests, the deployment admits 2 times as many" in text
+
+
+def test_tp_1_dp_1_prints_no_per_rank_block():
+    out = cli(*SPEC_ARGS).stdout
+    assert "per rank" not in out and "Every row is one rank's" not in out
+    same = cli(*SPEC_ARGS, "--tp-size", "1", "--dp-size", "1", "--kv-heads", "2").stdout
+    assert same == out
+
+
+def test_cli_help_explains_tp_and_dp():
+    res = run_script("--help")
+    assert res.returncode == 0
+    text = " ".join(res.stdout.split())
+    for phrase in ["--tp-size", "--dp-size", "--kv-heads", "--swa-kv-heads", "max(1, kv_heads // N)",
+                   "get_num_kv_heads", "replicated", "ceil(N / D)", "--budget is one GPU's",
+                   "--enable-dp-attention", "its own pools"]:
+        assert phrase in text, phrase
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (SPEC_ARGS + ["--tp-size", "2"], "--tp-size with explicit sizes needs --kv-heads"),
+        (SPEC_ARGS + ["--tp-size", "0"], "--tp-size and --dp-size must be at least 1"),
+        (SPEC_ARGS + ["--dp-size", "0"], "--tp-size and --dp-size must be at least 1"),
+        (SPEC_ARGS + ["--swa-kv-heads", "8"], "--swa-kv-heads needs --kv-heads"),
+        (SPEC_ARGS + ["--tp-size", "2", "--kv-heads", "3"], "not a multiple of its 3 KV heads"),
+        (["--model-config", "/nonexistent", "--kv-dtype", "fp8", "--kv-heads", "2", "--budget", "37GB",
+          "--page", "64", "--chunk", "16384", "--max-running", "48"], "apply only to explicit sizes"),
+    ],
+)
+def test_cli_bad_parallelism_exits_2_with_a_clear_message(args, message):
+    res = cli(*args)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert message in res.stderr, res.stderr

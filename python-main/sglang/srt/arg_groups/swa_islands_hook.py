@@ -27,6 +27,18 @@ FREE_OUT_OF_WINDOW_ENV = "SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS"
 def swa_islands_conflict(cfg: Any, environ: Mapping[str, str]) -> Optional[str]:
     """Why islands cannot run with this configuration, or None. ``cfg`` reads server arguments
     by name (a resolving view, or any object with those attributes)."""
+    # PD first: handle_pd_disaggregation has already resolved --disable-radix-cache on a
+    # decode server, a flag the operator never gave.
+    if cfg.disaggregation_mode == "decode":
+        return ("--disaggregation-mode decode builds a disabled UnifiedRadixCache on the decode "
+                "server (host-pool retraction), or with --disaggregation-decode-enable-radix-cache "
+                "one that reuses only full-attention KV and receives the SWA window fresh from "
+                "the prefill server; islands cover neither")
+    if cfg.disaggregation_mode == "prefill":
+        return ("--disaggregation-mode prefill sends each request's KV to a decode server (its "
+                "last SWA window after the last chunk commit, read while the request is locked "
+                "until the transfer ends); islands on that path are not verified with any "
+                "transfer backend")
     if cfg.disable_radix_cache:
         return "--disable-radix-cache builds a cache without a radix tree to keep islands in"
     if cfg.disable_hybrid_swa_memory:
@@ -52,9 +64,6 @@ def swa_islands_conflict(cfg: Any, environ: Mapping[str, str]) -> Optional[str]:
     ):
         if on:
             return f"{flag} {what}"
-    if cfg.disaggregation_mode != "null":
-        return (f"--disaggregation-mode {cfg.disaggregation_mode}: prefill/decode disaggregation "
-                "moves KV between servers outside the island path")
     if FREE_OUT_OF_WINDOW_ENV in environ:
         return (f"{FREE_OUT_OF_WINDOW_ENV} is set; under {FLAG} --swa-islands-reclaim decides what "
                 f"is freed at a commit (unset {FREE_OUT_OF_WINDOW_ENV})")

@@ -8,6 +8,9 @@ import io
 import unittest
 from types import SimpleNamespace
 
+from sglang.srt.arg_groups.overrides import resolving_view
+from sglang.srt.arg_groups.pd_disaggregation_hook import handle_pd_disaggregation
+from sglang.srt.arg_groups.resolution_hooks import run_hook
 from sglang.srt.arg_groups.swa_islands_hook import (
     FREE_OUT_OF_WINDOW_ENV,
     handle_swa_islands,
@@ -84,6 +87,32 @@ class TestSwaIslandsRefusals(unittest.TestCase):
                     handle_swa_islands(args(enable_swa_islands=True, **overrides), environ={})
                 self.assertIn(named, str(cm.exception))
                 self.assertIn("Drop one of the two.", str(cm.exception))
+
+    def test_pd_disaggregation_is_refused_after_the_pd_hook_with_its_own_reason(self):
+        """In pipeline order: handle_pd_disaggregation resolves --disable-radix-cache on a
+        decode server first, and the refusal must still name disaggregation and why, not a
+        flag the operator never gave."""
+        reasons = {
+            "decode": "builds a disabled UnifiedRadixCache on the decode server",
+            "prefill": "islands on that path are not verified with any transfer backend",
+        }
+        for mode, reason in reasons.items():
+            with self.subTest(mode=mode):
+                server_args = ServerArgs(model_path="m", enable_swa_islands=True,
+                                         disaggregation_mode=mode)
+                run_hook(handle_pd_disaggregation, server_args)
+                if mode == "decode":
+                    self.assertTrue(resolving_view(server_args).disable_radix_cache)
+                with self.assertRaises(ValueError) as cm:
+                    handle_swa_islands(server_args, environ={})
+                message = str(cm.exception)
+                self.assertIn(f"--disaggregation-mode {mode}", message)
+                self.assertIn(reason, message)
+                self.assertNotIn("--disable-radix-cache builds", message)
+                # without the flag the same server resolves as stock
+                stock = ServerArgs(model_path="m", disaggregation_mode=mode)
+                run_hook(handle_pd_disaggregation, stock)
+                handle_swa_islands(stock, environ={})
 
     def test_main_free_out_of_window_switch_set_explicitly_is_refused(self):
         for value in ("0", "1"):
