@@ -417,8 +417,11 @@ def plot_running(result: Dict[str, Any], runs: List[Dict[str, Any]], png: pathli
         "upstream_knobs_0.17": "#ff7f0e", "islands_0.17": "#2ca02c", "islands_0.10": "#17becf",
         "upstream_knobs_0.10": "#bcbd22", "islands_floor": "#9467bd",
         "upstream_knobs_floor": "#8c564b", "main_0.17": "#e377c2", "main_0.10": "#e377c2",
+        "main_knobs_0.17": "#8c564b", "main_knobs_0.10": "#8c564b",
+        "main_islands_0.17": "#98df8a", "main_islands_0.10": "#98df8a",
     }
     styles = {"upstream_knobs_0.10": "--", "islands_0.10": "--", "main_0.10": "--",
+              "main_knobs_0.10": "--", "main_islands_0.10": "--",
               "islands_floor": ":", "upstream_knobs_floor": ":"}
     fig, axes = plt.subplots(len(phases), 2, figsize=(15, 4.0 * len(phases) + 1.2), squeeze=False,
                              gridspec_kw={"width_ratios": [3, 2]})
