@@ -170,6 +170,22 @@ def acceptance(arms: Dict[str, Dict[str, Any]], cap: int,
         ok = x is not None and all(x > (g(o, "agent_hit_rate") or 0) for o in others)
         add("agent: islands keep a higher hit rate than upstream and upstream_knobs (same pool)", ok,
             f"islands_0.17 {x} vs " + ", ".join(f"{o} {g(o, 'agent_hit_rate')}" for o in others))
+    for pool in ("0.17", "0.10"):  # issue 27: the arms on sglang 0.5.23
+        mi, mains = f"main_islands_{pool}", [f"main_{pool}", f"main_knobs_{pool}"]
+        mains = [m for m in mains if m in arms]
+        if mi in arms_nr and mains:
+            ok = (g(mi, "max_running_min_over_repeats") == cap and g(mi, "retractions") == 0)
+            add(f"main_islands reach the cap with 0 retractions at {pool}-eq", ok,
+                f"{mi} max running {g(mi, 'max_running')} (min over repeats "
+                f"{g(mi, 'max_running_min_over_repeats')}), mean {g(mi, 'mean_running')}, "
+                f"retractions {g(mi, 'retractions')}; " + ", ".join(
+                    f"{m} max running {g(m, 'max_running')}, mean {g(m, 'mean_running')}, "
+                    f"retractions {g(m, 'retractions')}" for m in mains))
+        if mi in arms and mains and "agent" in workloads:
+            x = g(mi, "agent_hit_rate")
+            ok = x is not None and all(x >= (g(m, "agent_hit_rate") or 0) for m in mains)
+            add(f"agent: main_islands hit rate >= main and main_knobs at {pool}-eq", ok,
+                f"{mi} {x} vs " + ", ".join(f"{m} {g(m, 'agent_hit_rate')}" for m in mains))
     return checks
 
 

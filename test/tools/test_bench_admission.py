@@ -126,6 +126,22 @@ def test_main_knobs_and_main_islands_arms_at_the_same_pool(pool):
     assert not {knobs.name, isl.name} & set(admission_setup.QUICK_ARMS + admission_setup.DEFAULT_ARMS)
 
 
+def test_acceptance_checks_main_islands_against_the_main_arms_at_each_pool():
+    def arm(max_running, retractions, hit):
+        return {"max_running": max_running, "max_running_min_over_repeats": max_running,
+                "mean_running": max_running / 2, "retractions": retractions,
+                "agent_hit_rate": hit}
+
+    arms = {"main_0.17": arm(9, 0, 0.5), "main_knobs_0.17": arm(10, 0, 0.6),
+            "main_islands_0.17": arm(16, 0, 0.6)}
+    checks = admission_report.acceptance(arms, 16)
+    assert [(c["check"], c["pass"]) for c in checks] == [
+        ("main_islands reach the cap with 0 retractions at 0.17-eq", True),
+        ("agent: main_islands hit rate >= main and main_knobs at 0.17-eq", True)]
+    arms["main_islands_0.17"] = arm(16, 1, 0.59)
+    assert [c["pass"] for c in admission_report.acceptance(arms, 16)] == [False, False]
+
+
 # ------------------------------------------------------------------------------- workloads
 
 
