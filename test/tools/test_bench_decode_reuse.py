@@ -17,6 +17,8 @@ import decode_reuse  # noqa: E402
 
 RESULT_JSON = _ROOT / "benchmarks" / "results" / "decode_reuse.json"
 RESULT_MD = _ROOT / "benchmarks" / "results" / "decode_reuse.md"
+MAIN_RESULT_JSON = _ROOT / "benchmarks" / "results" / "decode_reuse_main.json"
+MAIN_RESULT_MD = _ROOT / "benchmarks" / "results" / "decode_reuse_main.md"
 
 # Line formats of sglang 0.5.15.post1 with the metrics patch (hold fragment on the decode line).
 LOG = """\
@@ -177,3 +179,20 @@ def test_committed_result_backs_the_claims_and_renders_the_committed_table():
     assert r["outputs"]["all_equal"] is True
     assert r["outputs"]["arms_compared"] == ["islands", "main", "upstream_knobs"]
     assert decode_reuse.markdown(r) == RESULT_MD.read_text()
+
+
+def test_committed_main_result_backs_issue_27s_decode_claims():
+    """``decode_reuse_main.json`` (sglang 0.5.23): main_islands hits the running output at least
+    k * interval (the issue's 256 of 264), main and main_knobs 0; outputs equal across arms."""
+    r = json.loads(MAIN_RESULT_JSON.read_text())
+    assert list(r["arms"]) == ["main", "main_knobs", "main_islands"]
+    sh, isl = r["shape"], r["arms"]["main_islands"]
+    assert isl["expected_min_hit_tokens"] == sh["k"] * sh["interval"] == 256
+    assert isl["hit_tokens_on_running_output"] >= 256
+    for name in ("main", "main_knobs"):
+        a = r["arms"][name]
+        assert a["hit_tokens_on_running_output"] == 0, name
+        assert isl["prefill_tokens_computed"] < a["prefill_tokens_computed"], name
+        assert all(x >= y for x, y in zip(isl["cached_share_per_turn"], a["cached_share_per_turn"]))
+    assert r["outputs"]["all_equal"] is True and r["outputs"]["reference"] == "main"
+    assert decode_reuse.markdown(r) == MAIN_RESULT_MD.read_text()
