@@ -298,6 +298,8 @@ def _md_setup(result: Dict[str, Any], pools: Sequence[str]) -> List[str]:
                 if "main_release_prefill" in run else "")
              + (", `main_islands` (0.5.23 + the main islands series, `--enable-swa-islands`, "
                 "default reclaim `lazy`)" if "main_islands" in run else "")
+             + (", `main_islands_auto` (the same with `--swa-islands-reclaim auto`)"
+                if "main_islands_auto" in run else "")
              + ".\n")
     return L
 
@@ -438,7 +440,7 @@ def _md_footer(result: Dict[str, Any]) -> List[str]:
 COLORS = {"upstream": "#d62728", "upstream_knobs": "#ff7f0e", "islands_eager": "#17becf",
           "islands": "#2ca02c", "islands_auto": "#9467bd", "main": "#7f7f7f",
           "main_knobs": "#8c564b", "main_free_off": "#bcbd22", "main_release_prefill": "#e377c2",
-          "main_islands": "#98df8a"}
+          "main_islands": "#98df8a", "main_islands_auto": "#c5b0d5"}
 
 
 def plot(result: Dict[str, Any], png: pathlib.Path) -> None:
