@@ -32,7 +32,12 @@ Arms (one boot each, same arguments otherwise):
 * ``islands_floor`` (opt-in via ``--arms``): islands with the SWA pool at the island floor
   ``cp + N (w + p)`` itself;
 * ``main_0.17`` / ``main_0.10`` (opt-in via ``--arms``): stock sglang 0.5.23 (upstream main, its
-  own ``UnifiedRadixCache``) from ``.venv-main`` (``scripts/setup_main.sh``), same arguments.
+  own ``UnifiedRadixCache``) from ``.venv-main`` (``scripts/setup_main.sh``), same arguments;
+* ``main_knobs_0.17`` / ``main_knobs_0.10`` (opt-in): the same plus main's two off-by-default
+  SWA knobs ``SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS=0`` and
+  ``SGLANG_OPT_RELEASE_PREFILL_SWA=1`` (``islands_harness.main_arm.MAIN_KNOBS_ENV``);
+* ``main_islands_0.17`` / ``main_islands_0.10`` (opt-in): 0.5.23 with the main islands series
+  from ``.venv-main-islands`` (``scripts/setup_main.sh --islands``), ``--enable-swa-islands``.
 
 Workloads (seeded; identical token totals in every arm; temperature 0, ``ignore_eos``):
 

@@ -170,6 +170,22 @@ def acceptance(arms: Dict[str, Dict[str, Any]], cap: int,
         ok = x is not None and all(x > (g(o, "agent_hit_rate") or 0) for o in others)
         add("agent: islands keep a higher hit rate than upstream and upstream_knobs (same pool)", ok,
             f"islands_0.17 {x} vs " + ", ".join(f"{o} {g(o, 'agent_hit_rate')}" for o in others))
+    for pool in ("0.17", "0.10"):  # issue 27: the arms on sglang 0.5.23
+        mi, mains = f"main_islands_{pool}", [f"main_{pool}", f"main_knobs_{pool}"]
+        mains = [m for m in mains if m in arms]
+        if mi in arms_nr and mains:
+            ok = (g(mi, "max_running_min_over_repeats") == cap and g(mi, "retractions") == 0)
+            add(f"main_islands reach the cap with 0 retractions at {pool}-eq", ok,
+                f"{mi} max running {g(mi, 'max_running')} (min over repeats "
+                f"{g(mi, 'max_running_min_over_repeats')}), mean {g(mi, 'mean_running')}, "
+                f"retractions {g(mi, 'retractions')}; " + ", ".join(
+                    f"{m} max running {g(m, 'max_running')}, mean {g(m, 'mean_running')}, "
+                    f"retractions {g(m, 'retractions')}" for m in mains))
+        if mi in arms and mains and "agent" in workloads:
+            x = g(mi, "agent_hit_rate")
+            ok = x is not None and all(x >= (g(m, "agent_hit_rate") or 0) for m in mains)
+            add(f"agent: main_islands hit rate >= main and main_knobs at {pool}-eq", ok,
+                f"{mi} {x} vs " + ", ".join(f"{m} {g(m, 'agent_hit_rate')}" for m in mains))
     return checks
 
 
@@ -417,8 +433,11 @@ def plot_running(result: Dict[str, Any], runs: List[Dict[str, Any]], png: pathli
         "upstream_knobs_0.17": "#ff7f0e", "islands_0.17": "#2ca02c", "islands_0.10": "#17becf",
         "upstream_knobs_0.10": "#bcbd22", "islands_floor": "#9467bd",
         "upstream_knobs_floor": "#8c564b", "main_0.17": "#e377c2", "main_0.10": "#e377c2",
+        "main_knobs_0.17": "#8c564b", "main_knobs_0.10": "#8c564b",
+        "main_islands_0.17": "#98df8a", "main_islands_0.10": "#98df8a",
     }
     styles = {"upstream_knobs_0.10": "--", "islands_0.10": "--", "main_0.10": "--",
+              "main_knobs_0.10": "--", "main_islands_0.10": "--",
               "islands_floor": ":", "upstream_knobs_floor": ":"}
     fig, axes = plt.subplots(len(phases), 2, figsize=(15, 4.0 * len(phases) + 1.2), squeeze=False,
                              gridspec_kw={"width_ratios": [3, 2]})

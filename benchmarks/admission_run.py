@@ -144,7 +144,7 @@ def run_phase(srv, name: str, cap: int, sample_interval: float,
 
 def run_arm(arm: Arm, repeat: int, mapping: Dict[str, Any], cfg: WorkloadConfig, a,
             model_dir: pathlib.Path, log_dir: pathlib.Path, workloads: Sequence[str]) -> Dict[str, Any]:
-    from islands_harness.main_arm import main_python
+    from islands_harness.main_arm import main_islands_python, main_python
     from islands_harness.server import SglangServer
 
     cpu = CpuShape()
@@ -158,7 +158,8 @@ def run_arm(arm: Arm, repeat: int, mapping: Dict[str, Any], cfg: WorkloadConfig,
         + (f"  env {' '.join(f'{k}={v}' for k, v in env.items())}" if env else ""))
     with SglangServer(model_dir, args, env=env, omp_threads=a.omp_threads, log_path=log_path,
                       boot_timeout_s=a.boot_timeout,
-                      python=main_python() if arm.main else None) as srv:
+                      python=(main_python() if arm.main else
+                              main_islands_python() if arm.main_islands else None)) as srv:
         out["boot_s"] = round(srv.boot_s, 1)
         boot_text = srv.log_path.read_text(errors="replace")
         out.update(sched_log.parse_boot(boot_text))

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import _bench_path  # noqa: F401  (puts the repository root on sys.path)
 from islands_harness.knobs import UPSTREAM_KNOBS_ENV as KNOBS_ENV
+from islands_harness.main_arm import MAIN_KNOBS_ENV
 from islands_tools import pool_plan as plan
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +183,7 @@ class Arm:
     env: Tuple[Tuple[str, str], ...] = ()
     baseline: bool = False  # the arm ratios are taken against
     main: bool = False  # stock sglang 0.5.23 in .venv-main (islands_harness.main_arm)
+    main_islands: bool = False  # 0.5.23 + the main islands series in .venv-main-islands
 
 
 ARMS: Dict[str, Arm] = {
@@ -198,6 +200,10 @@ ARMS: Dict[str, Arm] = {
         Arm("upstream_knobs_floor", "floor", (), tuple(KNOBS_ENV.items())),
         Arm("main_0.17", "0.17", main=True),
         Arm("main_0.10", "0.10", main=True),
+        Arm("main_knobs_0.17", "0.17", (), tuple(MAIN_KNOBS_ENV.items()), main=True),
+        Arm("main_knobs_0.10", "0.10", (), tuple(MAIN_KNOBS_ENV.items()), main=True),
+        Arm("main_islands_0.17", "0.17", ("--enable-swa-islands",), main_islands=True),
+        Arm("main_islands_0.10", "0.10", ("--enable-swa-islands",), main_islands=True),
     )
 }
 

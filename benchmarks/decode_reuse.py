@@ -8,17 +8,22 @@ Every arm boots `python -m sglang.launch_server` (through `islands_harness.serve
 with identical arguments (`SERVER_ARGS`: window 32, page 1, chunked prefill 512 so the default
 decode-island interval is 512/4 = 128, `--decode-log-interval 1`, `--enable-metrics`);
 `upstream_knobs` adds `islands_harness.knobs.UPSTREAM_KNOBS_ENV` (split leaf on insert, release
-the leaf lock after the window) to the environment, `islands` adds `--enable-swa-islands`; `main`
-(run when named in `--arms`) is stock sglang 0.5.23, upstream main with its own
-`UnifiedRadixCache`, booted from `.venv-main` (`scripts/setup_main.sh`) with the same arguments.
+the leaf lock after the window) to the environment, `islands` adds `--enable-swa-islands`. The arms
+on upstream main (sglang 0.5.23, its own `UnifiedRadixCache`; `islands_harness.main_arm`) run when
+named in `--arms`: `main` is stock 0.5.23 booted from `.venv-main` (`scripts/setup_main.sh`) with
+the same arguments; `main_knobs` adds main's two off-by-default SWA knobs to its environment
+(`SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS=0 SGLANG_OPT_RELEASE_PREFILL_SWA=1`),
+`main_free_off` and `main_release_prefill` one each; `main_islands` is 0.5.23 with the main
+islands series from `.venv-main-islands` (`scripts/setup_main.sh --islands`) and
+`--enable-swa-islands`.
 One run does the arms one after the other, with the same seeded workload. The radix cache is flushed between phases, so the phases do not feed each other:
 
 1. `follow_up`: request A (prompt `--prompt-len`) streams; once it has generated
    >= k*128 + delta tokens, B = A's prompt + A's output so far + 20 new tokens is sent while A still
    runs. `hit_tokens_on_running_output` = B's cached_tokens - len(prompt) (>= 0);
-   `expected_min_hit_tokens` = k*128 for islands (the decode-island floor at page 1) and 0 for
-   the upstream arms and main (which cache a running request's prompt only: neither knob inserts
-   during decode, and main inserts generated text at finish).
+   `expected_min_hit_tokens` = k*128 for islands and main_islands (the decode-island floor at
+   page 1) and 0 for the upstream and main arms (which cache a running request's prompt only:
+   neither knob inserts during decode, and main inserts generated text at finish).
 2. `conversation_<mode>`: one conversation of `--turns` turns shaped like the measured upstream
    baseline (prompt 2000, 300 tokens per turn, 50 new user tokens): each turn re-sends the
    transcript. `after_finish`: a turn is sent when the previous one finished; `while_running`: as
@@ -39,7 +44,8 @@ Measured per arm and phase:
   `peak_swa_used_prefill`), plus the max of `sglang:swa_used_tokens` sampled from /metrics every
   0.25 s (`peak_swa_used_metrics`; misses short peaks);
 - decode islands inserted (`sglang:swa_island_decode_inserts`, islands only);
-- whether every arm's outputs equal the upstream arm's (token ids, temperature 0).
+- whether every arm's outputs equal the first arm's (`upstream` when it runs; token ids,
+  temperature 0).
 
 Examples::
 
@@ -76,7 +82,13 @@ from islands_harness.conversations import (  # noqa: E402
 )
 from islands_harness.provenance import code_version  # noqa: E402
 from islands_harness.knobs import UPSTREAM_KNOBS_ENV  # noqa: E402
-from islands_harness.main_arm import main_python  # noqa: E402
+from islands_harness.main_arm import (  # noqa: E402
+    MAIN_FREE_OFF_ENV,
+    MAIN_KNOBS_ENV,
+    MAIN_RELEASE_PREFILL_ENV,
+    main_islands_python,
+    main_python,
+)
 from islands_harness.server import SglangServer  # noqa: E402
 
 WINDOW = 32
@@ -91,10 +103,27 @@ SERVER_ARGS = [
     "--enable-metrics",
     "--decode-log-interval", "1",
 ]
-ARMS = {"upstream": [], "upstream_knobs": [], "islands": ["--enable-swa-islands"], "main": []}
+ARMS = {"upstream": [], "upstream_knobs": [], "islands": ["--enable-swa-islands"], "main": [],
+        "main_knobs": [], "main_free_off": [], "main_release_prefill": [],
+        "main_islands": ["--enable-swa-islands"]}
 """``main``: stock sglang 0.5.23 in `.venv-main` (``islands_harness.main_arm``), default settings;
-run when named in --arms."""
-ARM_ENV = {"upstream_knobs": UPSTREAM_KNOBS_ENV}
+``main_knobs`` / ``main_free_off`` / ``main_release_prefill``: the same with main's knobs
+(``ARM_ENV``); ``main_islands``: `.venv-main-islands` with ``--enable-swa-islands``. Each runs
+when named in --arms."""
+ARM_ENV = {"upstream_knobs": UPSTREAM_KNOBS_ENV, "main_knobs": MAIN_KNOBS_ENV,
+           "main_free_off": MAIN_FREE_OFF_ENV, "main_release_prefill": MAIN_RELEASE_PREFILL_ENV}
+MAIN_ARMS = ("main", "main_knobs", "main_free_off", "main_release_prefill")
+"""Arms booted from `.venv-main` (stock 0.5.23)."""
+ISLAND_ARMS = ("islands", "main_islands")
+"""Arms that lay decode islands (expected follow-up hit k * interval)."""
+
+
+def arm_python(arm: str):
+    """The interpreter ``arm`` boots: None (this `.venv`, 0.5.15.post1), `.venv-main` or
+    `.venv-main-islands` (a clear error when that environment was never built)."""
+    if arm == "main_islands":
+        return main_islands_python()
+    return main_python() if arm in MAIN_ARMS else None
 # The upstream baseline measured on this model and shape (prompt 2000, 300 tokens per turn,
 # 50 user tokens; /work/shared/reference/cpu-spike/baseline, multiturn): cached / prompt tokens.
 BASELINE = {
@@ -312,7 +341,7 @@ def run_arm(model: pathlib.Path, vocab_hi: int, arm: str, shape: Shape,
             extra_args: list[str]) -> dict[str, Any]:
     """One boot of ``arm``: the three phases in order, the cache flushed before each."""
     srv = SglangServer(model, SERVER_ARGS + ARMS[arm] + extra_args, boot_timeout_s=900,
-                       env=ARM_ENV.get(arm), python=main_python() if arm == "main" else None)
+                       env=ARM_ENV.get(arm), python=arm_python(arm))
     progress(f"{arm}: booting")
     code = code_version()
     srv.start()
@@ -335,7 +364,7 @@ def run_arm(model: pathlib.Path, vocab_hi: int, arm: str, shape: Shape,
         "peak_swa_used", "peak_swa_used_decode", "peak_swa_used_prefill", "peak_swa_used_metrics")}
     return {
         "hit_tokens_on_running_output": max(0, fu.b_cached_tokens - fu.prompt_len),
-        "expected_min_hit_tokens": shape.k * shape.interval if arm == "islands" else 0,
+        "expected_min_hit_tokens": shape.k * shape.interval if arm in ISLAND_ARMS else 0,
         "follow_up_b_cached_tokens": fu.b_cached_tokens,
         "prefill_tokens_computed": sum(p["prefill_tokens_computed"] for p in phases.values()),
         "prefill_new_tokens_log": sum(p["prefill_new_tokens_log"] for p in phases.values()),
@@ -358,11 +387,13 @@ def run_arm(model: pathlib.Path, vocab_hi: int, arm: str, shape: Shape,
 
 
 def compare_outputs(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Every arm's outputs against ``upstream``'s, request by request."""
-    up = arms["upstream"]["_outputs"]
+    """Every arm's outputs against the reference arm's (``upstream`` when it ran, else the first),
+    request by request."""
+    ref = "upstream" if "upstream" in arms else next(iter(arms))
+    up = arms[ref]["_outputs"]
     diff, compared = {}, set(up)
     for arm, res in arms.items():
-        if arm == "upstream":
+        if arm == ref:
             continue
         other = res["_outputs"]
         compared |= set(other)
@@ -372,8 +403,11 @@ def compare_outputs(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 first = None if a is None or b is None else next(
                     (i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
                 diff[f"{arm}:{name}"] = {"first_diff": first}
-    return {"requests_compared": len(compared), "arms_compared": sorted(set(arms) - {"upstream"}),
-            "differ": diff, "all_equal": not diff}
+    out = {"requests_compared": len(compared), "arms_compared": sorted(set(arms) - {ref}),
+           "differ": diff, "all_equal": not diff}
+    if ref != "upstream":
+        out["reference"] = ref
+    return out
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -439,7 +473,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"installed swa_island_radix_cache.py sha256 {c.get('installed_swa_island_radix_cache_sha256_16')}"
         for n, c in codes.items())]
     others = ", ".join(eq.get("arms_compared") or ["islands"])
-    lines += ["", f"Outputs: {eq['requests_compared']} requests, {others} == upstream token for "
+    ref = eq.get("reference", "upstream")
+    lines += ["", f"Outputs: {eq['requests_compared']} requests, {others} == {ref} token for "
                   f"token: {eq['all_equal']}" + ("" if eq["all_equal"] else f" (differ: {eq['differ']})"),
               "", f"Upstream baseline for comparison (same model and shape): {json.dumps(BASELINE)}",
               f"Total runtime: {result['runtime_s']} s", ""]
@@ -450,8 +485,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="benchmarks/decode_reuse.py",
         description="Decode-region prefix reuse on the real SGLang server (CPU, tiny hybrid-SWA "
-                    "model), arms upstream, upstream_knobs and islands (and main, stock sglang 0.5.23, when "
-                    "named) in one run.",
+                    "model), arms upstream, upstream_knobs and islands (and, when named, the arms on sglang "
+                    "0.5.23: main (stock), main_knobs (its two SWA knobs), main_free_off, "
+                    "main_release_prefill, main_islands (.venv-main-islands, --enable-swa-islands)) "
+                    "in one run.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--quick", action="store_true",
                     help="small shape (prompt 1000, 2 turns of 160 tokens, 2 agents, "
@@ -497,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         "server_args": SERVER_ARGS, "arm_args": {n: ARMS[n] for n in arm_names},
         "baseline_upstream": BASELINE, "runtime_s": round(time.monotonic() - T0, 1),
     }
-    if "upstream" in arms and len(arms) > 1:
+    if len(arms) > 1:
         result["outputs"] = compare_outputs(arms)
     else:
         result["outputs"] = {"requests_compared": 0, "differ": {}, "all_equal": None}

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on sys.path)
 import admission_setup
+from islands_harness.main_arm import MAIN_FREE_OFF_ENV, MAIN_KNOBS_ENV, MAIN_RELEASE_PREFILL_ENV
 
 CPU = admission_setup.CpuShape()
 
@@ -23,8 +24,21 @@ ARMS: Dict[str, Dict[str, Any]] = {
     "islands": {"args": ("--enable-swa-islands",), "env": {}},
     "islands_auto": {"args": ("--enable-swa-islands", "--swa-islands-reclaim", "auto"), "env": {}},
     "main": {"args": (), "env": {}, "main": True},
+    "main_knobs": {"args": (), "env": dict(MAIN_KNOBS_ENV), "main": True},
+    "main_free_off": {"args": (), "env": dict(MAIN_FREE_OFF_ENV), "main": True},
+    "main_release_prefill": {"args": (), "env": dict(MAIN_RELEASE_PREFILL_ENV), "main": True},
+    "main_islands": {"args": ("--enable-swa-islands",), "env": {}, "main_islands": True},
+    "main_islands_auto": {"args": ("--enable-swa-islands", "--swa-islands-reclaim", "auto"),
+                          "env": {}, "main_islands": True},
 }
-"""``main``: stock sglang 0.5.23 (``islands_harness.main_arm``), default settings; run when named."""
+"""``main``: stock sglang 0.5.23 (``islands_harness.main_arm``), default settings; ``main_knobs``:
+the same with main's two off-by-default SWA knobs (``MAIN_KNOBS_ENV``), ``main_free_off`` /
+``main_release_prefill`` one of them each; ``main_islands``: 0.5.23 with the main islands series
+(`.venv-main-islands`) and ``--enable-swa-islands`` (``main_islands_auto``: with
+``--swa-islands-reclaim auto``). Each runs when named in --arms."""
+MAIN_ARMS = ("main", "main_knobs", "main_free_off", "main_release_prefill", "main_islands",
+             "main_islands_auto")
+"""The arms on sglang 0.5.23."""
 DEFAULT_ARMS = ("upstream", "upstream_knobs", "islands_eager", "islands")
 """The issue's four arms; ``islands_auto`` (eager below the watermark) runs when named in --arms."""
 ISLAND_ARMS = ("islands_eager", "islands", "islands_auto")

@@ -91,6 +91,38 @@ def acceptance(arms: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], cap: int, 
     return checks
 
 
+def acceptance_main(arms: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], page: int,
+                    pools: Sequence[str] = POOLS,
+                    classes: Sequence[str] = CLASSES) -> List[Dict[str, Any]]:
+    """Issue 27's done-when on sglang 0.5.23, per pool and class: ``main_islands`` cached >= the
+    better of ``main`` and ``main_knobs`` cached - one page per request. Empty unless
+    ``main_islands`` and one of the two ran; ``pass`` None where a record is missing."""
+    if "main_islands" not in arms or not ({"main", "main_knobs"} & set(arms)):
+        return []
+    checks: List[Dict[str, Any]] = []
+    crit = "main_islands cached >= max(main, main_knobs) - 1 page/request"
+    for pool in pools:
+        for cls in classes:
+            isl = arms["main_islands"].get(pool, {}).get(cls)
+            refs = {n: arms.get(n, {}).get(pool, {}).get(cls) for n in ("main", "main_knobs")}
+            refs = {n: r for n, r in refs.items() if r is not None}
+            if isl is None or not refs:
+                checks.append({"pool": pool, "class": cls, "criterion": crit, "pass": None,
+                               "islands": None, "reference": None,
+                               "detail": "main_islands or both main arms not run"})
+                continue
+            best = max(r["cached_tokens"] for r in refs.values())
+            slack = page * isl["requests"]
+            checks.append({
+                "pool": pool, "class": cls, "criterion": crit,
+                "pass": isl["cached_tokens"] >= best - slack, "islands": isl["cached_tokens"],
+                "reference": best,
+                "detail": f"main_islands {isl['cached_tokens']} vs " + ", ".join(
+                    f"{n} {r['cached_tokens']}" for n, r in refs.items())
+                + f" (slack {slack}; expected {isl['expected_shared_tokens']})"})
+    return checks
+
+
 # ----------------------------------------------------------------------------- result
 
 
@@ -152,6 +184,9 @@ def assemble(boots: List[Dict[str, Any]], meta: Dict[str, Any]) -> Dict[str, Any
     checks = [c["pass"] for c in result["acceptance"] if c["pass"] is not None]
     result["acceptance_summary"] = {"pass": sum(checks), "fail": len(checks) - sum(checks),
                                     "all_pass": bool(checks) and all(checks)}
+    main_checks = acceptance_main(arms, CPU.page, pools, classes)
+    if main_checks:
+        result["acceptance_main"] = main_checks
     return result
 
 
@@ -255,6 +290,16 @@ def _md_setup(result: Dict[str, Any], pools: Sequence[str]) -> List[str]:
              + (", `islands_auto` (`--swa-islands-reclaim auto`)" if "islands_auto" in run else "")
              + (", `main` (stock sglang 0.5.23, upstream main, default settings: its own cache, "
                 "`UnifiedRadixCache`, and pool sizing)" if "main" in run else "")
+             + (", `main_knobs` (stock 0.5.23 + `SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS=0 "
+                "SGLANG_OPT_RELEASE_PREFILL_SWA=1`)" if "main_knobs" in run else "")
+             + (", `main_free_off` (stock 0.5.23 + `SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS"
+                "=0`)" if "main_free_off" in run else "")
+             + (", `main_release_prefill` (stock 0.5.23 + `SGLANG_OPT_RELEASE_PREFILL_SWA=1`)"
+                if "main_release_prefill" in run else "")
+             + (", `main_islands` (0.5.23 + the main islands series, `--enable-swa-islands`, "
+                "default reclaim `lazy`)" if "main_islands" in run else "")
+             + (", `main_islands_auto` (the same with `--swa-islands-reclaim auto`)"
+                if "main_islands_auto" in run else "")
              + ".\n")
     return L
 
@@ -328,6 +373,20 @@ def _md_acceptance(result: Dict[str, Any]) -> List[str]:
     n_pass = sum(c["pass"] is True for c in checks)
     n_fail = sum(c["pass"] is False for c in checks)
     L.append(f"\n{n_pass} PASS, {n_fail} FAIL, {sum(c['pass'] is None for c in checks)} n/a.\n")
+    main_checks = result.get("acceptance_main") or []
+    if main_checks:
+        L.append("### On sglang 0.5.23 (issue 27)\n")
+        L.append(f"In every pool and class: `main_islands`' cached tokens ≥ the better of `main` "
+                 f"and `main_knobs` − one page ({page}) per request.\n")
+        L.append("| pool | class | criterion | main_islands | reference | result | detail |")
+        L.append("|---|---|---|---|---|---|---|")
+        for c in main_checks:
+            mark = {True: "**PASS**", False: "**FAIL**", None: "n/a"}[c["pass"]]
+            L.append(f"| {c['pool']} | {c['class']} | {c['criterion']} | {_f(c['islands'])} | "
+                     f"{_f(c['reference'])} | {mark} | {c['detail']} |")
+        L.append(f"\n{sum(c['pass'] is True for c in main_checks)} PASS, "
+                 f"{sum(c['pass'] is False for c in main_checks)} FAIL, "
+                 f"{sum(c['pass'] is None for c in main_checks)} n/a.\n")
     return L
 
 
@@ -379,7 +438,9 @@ def _md_footer(result: Dict[str, Any]) -> List[str]:
 # ----------------------------------------------------------------------------- plot
 
 COLORS = {"upstream": "#d62728", "upstream_knobs": "#ff7f0e", "islands_eager": "#17becf",
-          "islands": "#2ca02c", "islands_auto": "#9467bd", "main": "#7f7f7f"}
+          "islands": "#2ca02c", "islands_auto": "#9467bd", "main": "#7f7f7f",
+          "main_knobs": "#8c564b", "main_free_off": "#bcbd22", "main_release_prefill": "#e377c2",
+          "main_islands": "#98df8a", "main_islands_auto": "#c5b0d5"}
 
 
 def plot(result: Dict[str, Any], png: pathlib.Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Sequence
 import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on sys.path)
 import admission_run
 from islands_harness import sched_log
-from islands_harness.main_arm import main_python
+from islands_harness.main_arm import main_islands_python, main_python
 from prefix_reuse_arms import ARMS, CPU, ISLAND_ARMS, server_args, server_env
 from prefix_reuse_clients import http_sender, run_class
 from prefix_reuse_report import fmt_or_dash
@@ -105,7 +105,8 @@ def run_boot(arm: str, pool_name: str, pool: Dict[str, Any], scripts: Dict[str, 
     log(f"{tag} booting (SWA pool {pool['swa_pool']}, ratio {pool['server_ratio']})"
         + (f", env {' '.join(f'{k}={v}' for k, v in env.items())}" if env else ""))
     islands = arm in ISLAND_ARMS
-    python = main_python() if ARMS[arm].get("main") else None
+    python = (main_python() if ARMS[arm].get("main") else
+              main_islands_python() if ARMS[arm].get("main_islands") else None)
     with SglangServer(model_dir, args, env=env, omp_threads=a.omp_threads, log_path=log_path,
                       boot_timeout_s=a.boot_timeout, python=python) as srv:
         out["boot_s"] = round(srv.boot_s, 1)

@@ -106,6 +106,42 @@ def test_main_arm_is_upstream_at_the_same_pool_on_the_other_release(pool):
     assert main.name not in admission_setup.QUICK_ARMS + admission_setup.DEFAULT_ARMS
 
 
+@pytest.mark.parametrize("pool", ["0.17", "0.10"])
+def test_main_knobs_and_main_islands_arms_at_the_same_pool(pool):
+    """``main_knobs_<pool>``: main's arguments plus its two knobs, from .venv-main;
+    ``main_islands_<pool>``: main's arguments plus --enable-swa-islands, from .venv-main-islands."""
+    from islands_harness.main_arm import MAIN_KNOBS_ENV
+
+    m, cpu = admission_setup.plan_mapping(), admission_setup.CpuShape()
+    arms = admission_setup.ARMS
+    main, knobs, isl = arms[f"main_{pool}"], arms[f"main_knobs_{pool}"], arms[f"main_islands_{pool}"]
+    base = admission_setup.arm_server_args(main, m, cpu)
+    assert knobs.main and not knobs.main_islands
+    assert admission_setup.arm_server_args(knobs, m, cpu) == base
+    assert admission_setup.arm_env(knobs, 34) == {**MAIN_KNOBS_ENV,
+                                                  "SGLANG_SWA_EVICTION_INTERVAL": "34"}
+    assert isl.main_islands and not isl.main
+    assert admission_setup.arm_server_args(isl, m, cpu) == base + ["--enable-swa-islands"]
+    assert admission_setup.arm_env(isl, 34) == admission_setup.arm_env(main, 34)
+    assert not {knobs.name, isl.name} & set(admission_setup.QUICK_ARMS + admission_setup.DEFAULT_ARMS)
+
+
+def test_acceptance_checks_main_islands_against_the_main_arms_at_each_pool():
+    def arm(max_running, retractions, hit):
+        return {"max_running": max_running, "max_running_min_over_repeats": max_running,
+                "mean_running": max_running / 2, "retractions": retractions,
+                "agent_hit_rate": hit}
+
+    arms = {"main_0.17": arm(9, 0, 0.5), "main_knobs_0.17": arm(10, 0, 0.6),
+            "main_islands_0.17": arm(16, 0, 0.6)}
+    checks = admission_report.acceptance(arms, 16)
+    assert [(c["check"], c["pass"]) for c in checks] == [
+        ("main_islands reach the cap with 0 retractions at 0.17-eq", True),
+        ("agent: main_islands hit rate >= main and main_knobs at 0.17-eq", True)]
+    arms["main_islands_0.17"] = arm(16, 1, 0.59)
+    assert [c["pass"] for c in admission_report.acceptance(arms, 16)] == [False, False]
+
+
 # ------------------------------------------------------------------------------- workloads
 
 

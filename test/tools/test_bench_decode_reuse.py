@@ -17,6 +17,8 @@ import decode_reuse  # noqa: E402
 
 RESULT_JSON = _ROOT / "benchmarks" / "results" / "decode_reuse.json"
 RESULT_MD = _ROOT / "benchmarks" / "results" / "decode_reuse.md"
+MAIN_RESULT_JSON = _ROOT / "benchmarks" / "results" / "decode_reuse_main.json"
+MAIN_RESULT_MD = _ROOT / "benchmarks" / "results" / "decode_reuse_main.md"
 
 # Line formats of sglang 0.5.15.post1 with the metrics patch (hold fragment on the decode line).
 LOG = """\
@@ -98,6 +100,60 @@ def test_main_arm_boots_the_other_release_with_upstreams_arguments(monkeypatch):
                     (decode_reuse.SERVER_ARGS, "/venv-main/bin/python")]
 
 
+def test_main_knobs_and_main_islands_arms_boot_their_environments(monkeypatch):
+    """``main_knobs`` (and its halves): .venv-main with main's knobs in the environment;
+    ``main_islands``: .venv-main-islands with --enable-swa-islands and no knob (its guard refuses
+    the free variable set explicitly)."""
+    from islands_harness import main_arm
+
+    assert main_arm.MAIN_KNOBS_ENV == {"SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS": "0",
+                                       "SGLANG_OPT_RELEASE_PREFILL_SWA": "1"}
+    seen = []
+
+    class Boot(Exception):
+        pass
+
+    class FakeServer:
+        def __init__(self, model, args, boot_timeout_s, env, python):
+            seen.append((list(args), env, python))
+
+        def start(self):
+            raise Boot
+
+    monkeypatch.setattr(decode_reuse, "SglangServer", FakeServer)
+    monkeypatch.setattr(decode_reuse, "main_python", lambda: "/venv-main/bin/python")
+    monkeypatch.setattr(decode_reuse, "main_islands_python",
+                        lambda: "/venv-main-islands/bin/python")
+    arms = ("main_knobs", "main_free_off", "main_release_prefill", "main_islands")
+    for arm in arms:
+        with pytest.raises(Boot):
+            decode_reuse.run_arm(_ROOT, 100, arm, decode_reuse.quick_shape(1), [])
+    sa = decode_reuse.SERVER_ARGS
+    assert seen == [
+        (sa, main_arm.MAIN_KNOBS_ENV, "/venv-main/bin/python"),
+        (sa, main_arm.MAIN_FREE_OFF_ENV, "/venv-main/bin/python"),
+        (sa, main_arm.MAIN_RELEASE_PREFILL_ENV, "/venv-main/bin/python"),
+        (sa + ["--enable-swa-islands"], None, "/venv-main-islands/bin/python")]
+
+
+def test_main_islands_python_names_the_build_step_when_missing(monkeypatch, tmp_path):
+    from islands_harness import main_arm
+
+    monkeypatch.setattr(main_arm, "MAIN_ISLANDS_PYTHON", tmp_path / "nope" / "bin" / "python")
+    with pytest.raises(SystemExit, match="setup_main.sh --islands"):
+        main_arm.main_islands_python()
+
+
+def test_outputs_are_compared_against_the_first_arm_without_upstream():
+    arms = {"main": {"_outputs": {"a": [1, 2]}}, "main_knobs": {"_outputs": {"a": [1, 2]}},
+            "main_islands": {"_outputs": {"a": [1, 3]}}}
+    eq = decode_reuse.compare_outputs(arms)
+    assert eq["reference"] == "main" and eq["arms_compared"] == ["main_islands", "main_knobs"]
+    assert eq["differ"] == {"main_islands:a": {"first_diff": 1}} and not eq["all_equal"]
+    assert "reference" not in decode_reuse.compare_outputs(
+        {"upstream": {"_outputs": {}}, "main": {"_outputs": {}}})
+
+
 def test_committed_result_backs_the_claims_and_renders_the_committed_table():
     assert RESULT_JSON.exists(), f"{RESULT_JSON} is missing: README quotes it"
     r = json.loads(RESULT_JSON.read_text())
@@ -123,3 +179,20 @@ def test_committed_result_backs_the_claims_and_renders_the_committed_table():
     assert r["outputs"]["all_equal"] is True
     assert r["outputs"]["arms_compared"] == ["islands", "main", "upstream_knobs"]
     assert decode_reuse.markdown(r) == RESULT_MD.read_text()
+
+
+def test_committed_main_result_backs_issue_27s_decode_claims():
+    """``decode_reuse_main.json`` (sglang 0.5.23): main_islands hits the running output at least
+    k * interval (the issue's 256 of 264), main and main_knobs 0; outputs equal across arms."""
+    r = json.loads(MAIN_RESULT_JSON.read_text())
+    assert list(r["arms"]) == ["main", "main_knobs", "main_islands"]
+    sh, isl = r["shape"], r["arms"]["main_islands"]
+    assert isl["expected_min_hit_tokens"] == sh["k"] * sh["interval"] == 256
+    assert isl["hit_tokens_on_running_output"] >= 256
+    for name in ("main", "main_knobs"):
+        a = r["arms"][name]
+        assert a["hit_tokens_on_running_output"] == 0, name
+        assert isl["prefill_tokens_computed"] < a["prefill_tokens_computed"], name
+        assert all(x >= y for x, y in zip(isl["cached_share_per_turn"], a["cached_share_per_turn"]))
+    assert r["outputs"]["all_equal"] is True and r["outputs"]["reference"] == "main"
+    assert decode_reuse.markdown(r) == MAIN_RESULT_MD.read_text()

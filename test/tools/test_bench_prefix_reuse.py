@@ -15,7 +15,8 @@ sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
 from prefix_reuse_arms import ARMS, DEFAULT_ARMS, POOLS  # noqa: E402
 from prefix_reuse_clients import plan_classes  # noqa: E402
-from prefix_reuse_report import CLASS_KEYS, COLORS, acceptance, validate_result  # noqa: E402
+from prefix_reuse_report import (CLASS_KEYS, COLORS, acceptance, acceptance_main,  # noqa: E402
+                                 validate_result)
 from prefix_reuse_run import class_extra  # noqa: E402
 from prefix_reuse_workloads import (CLASSES, PRESETS, build_branch_edit, build_scripts,  # noqa: E402
                                     build_shared_system, check_workload, common_prefix_len,
@@ -137,6 +138,29 @@ def test_acceptance_at_a_lean_pool_takes_the_better_upstream_arm_and_the_cap():
     arms["upstream"]["0.17-eq"]["fanout"] = _rec(500, queued=15.0)
     checks = acceptance(arms, cap=16, page=1, pools=["0.17-eq"], classes=["fanout"])
     assert checks[1]["pass"] is None
+
+
+def test_main_acceptance_takes_the_better_main_arm_with_one_page_per_request():
+    arms = {"main": {"0.10-eq": {"fanout": _rec(700)}},
+            "main_knobs": {"0.10-eq": {"fanout": _rec(800)}},
+            "main_islands": {"0.10-eq": {"fanout": _rec(790, requests=10)}}}
+    [c] = acceptance_main(arms, page=1, pools=["0.10-eq"], classes=["fanout"])
+    assert c["pass"] is True and c["reference"] == 800  # 790 >= 800 - 10
+    arms["main_islands"]["0.10-eq"]["fanout"] = _rec(789, requests=10)
+    [c] = acceptance_main(arms, page=1, pools=["0.10-eq"], classes=["fanout"])
+    assert c["pass"] is False
+    assert acceptance_main({"main": arms["main"]}, page=1) == []  # main_islands not run
+
+
+def test_main_arms_take_their_environments():
+    from islands_harness import main_arm
+
+    assert ARMS["main_knobs"] == {"args": (), "env": main_arm.MAIN_KNOBS_ENV, "main": True}
+    assert ARMS["main_free_off"]["env"] == main_arm.MAIN_FREE_OFF_ENV
+    assert ARMS["main_release_prefill"]["env"] == main_arm.MAIN_RELEASE_PREFILL_ENV
+    assert ARMS["main_islands"] == {"args": ("--enable-swa-islands",), "env": {},
+                                    "main_islands": True}
+    assert not set(DEFAULT_ARMS) & {"main", "main_knobs", "main_islands"}
 
 
 def test_schema_rejects_bad_results():

@@ -28,8 +28,15 @@ Python core), so the default Rust core and the Python core behave alike. Vocabul
   released (``release_swa``, once per lock through ``TreeLock.swa_released``; the full lock
   stays), so the island is live, matchable and evictable.
 
-The commit-time reclaim policy (``swa_islands_reclaim``) is carried but not yet read: it arrives
-with the patch that names the commit-time free decision (docs/MAIN_DESIGN.md).
+- reclaim without forgetting (``--swa-islands-reclaim``): main frees a committing request's SWA
+  below its frontier at every commit (``SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS``, on by
+  default), so a request that diverges inside a committed chunk hits only up to the last chunk end.
+  The island cache answers main's named decision ``frees_out_of_window_at_commit(req)`` (patch
+  ``unified cache: name the commit-time out-of-window free decision``) from the policy: ``lazy``
+  (the default) never frees at the commit, so that SWA goes into the tree live, leaves the
+  request's hold (the new lock is capped at one window by main's leaf split) and stays matchable
+  and evictable (main's SWA LRU); ``eager`` always frees (main's default behaviour); ``auto``
+  frees while the free SWA pool is below ``reclaim_watermark`` (one prefill chunk).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from sglang.srt.mem_cache.swa_island_formulas import (
     decode_island_due,
     decode_island_interval,
     island_out_of_window,
+    reclaim_watermark,
 )
 from sglang.srt.mem_cache.swa_island_guard import check_swa_island_pool
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
@@ -69,8 +77,24 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         self.decode_island_interval = decode_island_interval(
             params.chunked_prefill_size, params.swa_islands_decode_interval
         )
+        # Free SWA tokens below which ``auto`` frees at the commit: one prefill chunk.
+        self.reclaim_watermark = reclaim_watermark(params.chunked_prefill_size, self.page_size)
         if self.is_swa_enabled and not self.disable:
             check_swa_island_pool(self, params.chunked_prefill_size)
+
+    # ---- reclaim --------------------------------------------------------------------------------
+
+    def frees_out_of_window_at_commit(self, req: "Req") -> bool:
+        """Main's commit-time free of ``req``'s SWA below its frontier, decided by
+        ``--swa-islands-reclaim``: ``lazy`` no (it stays in the tree, live and evictable, so a
+        request diverging inside the committed tokens hits up to its divergence), ``eager`` yes,
+        ``auto`` yes while the free SWA pool is below ``reclaim_watermark``. The answer reads pool
+        state every rank shares."""
+        if self.swa_islands_reclaim == "lazy":
+            return False
+        if self.swa_islands_reclaim == "eager":
+            return True
+        return self.token_to_kv_pool_allocator.swa_available_size() < self.reclaim_watermark
 
     # ---- decode islands -------------------------------------------------------------------------
 
