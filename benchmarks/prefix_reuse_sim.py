@@ -38,7 +38,7 @@ from typing import Any, Dict, Iterator, List, Sequence, Tuple
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _bench_path  # noqa: E402  (puts the repository root and benchmarks/ on sys.path)
 import admission_setup  # noqa: E402
-from prefix_reuse_arms import ARMS, CPU, POOLS, comma_choice, pool_table  # noqa: E402
+from prefix_reuse_arms import ARMS, CPU, MAIN_ARMS, POOLS, comma_choice, pool_table  # noqa: E402
 from prefix_reuse_workloads import (CLASSES, PRESETS, build_scripts,  # noqa: E402
                                     expected_shared_per_request, in_script_order)
 from bench_outputs import add_output_args, output_paths, write_files, write_json, write_text  # noqa: E402,E501
@@ -55,8 +55,9 @@ SIM_ARMS: Dict[str, Dict[str, Any]] = {
     "islands": {"islands": True, "reclaim": "lazy", "env": {}},
     "islands_auto": {"islands": True, "reclaim": "auto", "env": {}},
 }
-# every server arm but `main` (another sglang release, in its own environment: not simulable here)
-assert set(SIM_ARMS) == set(ARMS) - {"main"}, "the simulated arms are the server benchmark's"
+# every server arm on 0.5.15 (the `main*` arms run another sglang release in its own environment:
+# not simulable here)
+assert set(SIM_ARMS) == set(ARMS) - set(MAIN_ARMS), "the simulated arms are the server benchmark's"
 
 Spec = Tuple[List[int], int, Tuple]  # (input ids, max new tokens, order)
 Client = Iterator[List[Spec]]  # yields a group of requests, receives their outputs
