@@ -46,7 +46,7 @@ class _IslandCacheSuite:
 
     def test_settings_come_from_the_cache_params(self):
         cache, _ = self.build()
-        self.assertEqual(cache.swa_islands_reclaim, "lazy")
+        self.assertEqual(cache.swa_islands_reclaim, "auto")
         self.assertEqual(cache.decode_island_interval, CHUNK // 4)
         cache, _ = self.build(swa_islands_reclaim="eager", swa_islands_decode_interval=5)
         self.assertEqual((cache.swa_islands_reclaim, cache.decode_island_interval), ("eager", 5))
