@@ -23,32 +23,20 @@ import sys
 
 import pytest
 
+from gate_runner import quick_gate_run, run_gate
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GATE = ROOT / "scripts" / "equality_gate.py"
 GPU_GATE = ROOT / "scripts" / "gpu_gate.sh"
 SHIM = ROOT / "test" / "shims" / "wrong_frontier" / "sitecustomize.py"
-GATE_TIMEOUT_S = 1200
 
 
-def _run_gate(*args: str) -> tuple[int, str]:
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "2")
-    p = subprocess.run([sys.executable, str(GATE), *args], cwd=ROOT, env=env,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=GATE_TIMEOUT_S)
-    out = "\n".join(ln for ln in p.stdout.splitlines()
-                    if "Warning" not in ln and "warnings.warn" not in ln)
-    print(out[-6000:])
-    return p.returncode, out
+_run_gate = run_gate
 
 
 @pytest.fixture(scope="module")
 def quick_gate(tmp_path_factory):
-    d = tmp_path_factory.mktemp("equality_gate")
-    ref, js = d / "reference.json", d / "quick.json"
-    rc, out = _run_gate("--quick", "--save-reference", str(ref), "--json-out", str(js))
-    summary = json.loads(js.read_text()) if js.exists() else {}
-    return rc, out, summary, ref
+    return quick_gate_run(tmp_path_factory.mktemp("equality_gate"))
 
 
 @pytest.mark.server

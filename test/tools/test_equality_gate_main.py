@@ -22,40 +22,31 @@ import sys
 
 import pytest
 
+from gate_runner import quick_gate_run, run_gate
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GATE = ROOT / "scripts" / "equality_gate.py"
 MAIN_PYTHON = ROOT / ".venv-main-islands" / "bin" / "python"
 SHIM = ROOT / "test" / "shims" / "wrong_frontier_main" / "sitecustomize.py"
-GATE_TIMEOUT_S = 1200
 
 needs_main = pytest.mark.skipif(
     not os.access(MAIN_PYTHON, os.X_OK),
     reason="no .venv-main-islands (build it with scripts/setup_main.sh --islands)")
 
 
+# EQUALITY_GATE_ONE_SERVER=1: one server alive at a time (a shared machine), at the cost of the
+# overlap of one boot with the other's workload
+TARGET = ("--target", "main",
+          *(["--one-server"] if os.environ.get("EQUALITY_GATE_ONE_SERVER") == "1" else []))
+
+
 def _run_gate(*args: str) -> tuple[int, str]:
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "2")
-    # EQUALITY_GATE_ONE_SERVER=1: one server alive at a time (a shared machine), at the cost of
-    # the overlap of one boot with the other's workload
-    extra = ["--one-server"] if os.environ.get("EQUALITY_GATE_ONE_SERVER") == "1" else []
-    p = subprocess.run([sys.executable, str(GATE), "--target", "main", *extra, *args], cwd=ROOT,
-                       env=env,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=GATE_TIMEOUT_S)
-    out = "\n".join(ln for ln in p.stdout.splitlines()
-                    if "Warning" not in ln and "warnings.warn" not in ln)
-    print(out[-6000:])
-    return p.returncode, out
+    return run_gate(*TARGET, *args)
 
 
 @pytest.fixture(scope="module")
 def quick_gate(tmp_path_factory):
-    d = tmp_path_factory.mktemp("equality_gate_main")
-    ref, js = d / "reference.json", d / "quick.json"
-    rc, out = _run_gate("--quick", "--save-reference", str(ref), "--json-out", str(js))
-    summary = json.loads(js.read_text()) if js.exists() else {}
-    return rc, out, summary, ref
+    return quick_gate_run(tmp_path_factory.mktemp("equality_gate_main"), *TARGET)
 
 
 @pytest.mark.server
