@@ -79,6 +79,10 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         )
         # Free SWA tokens below which ``auto`` frees at the commit: one prefill chunk.
         self.reclaim_watermark = reclaim_watermark(params.chunked_prefill_size, self.page_size)
+        # Tokens an island's window spans for ``island_out_of_window``: the retained window + 1.
+        self._island_window = (self.swa_retain_window or 0) + 1
+        # Whether decode islands run at all (an SWA tree that is not disabled).
+        self._islands_active = self.is_swa_enabled and not self.disable
         if self.is_swa_enabled and not self.disable:
             check_swa_island_pool(self, params.chunked_prefill_size)
 
@@ -99,18 +103,27 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
     # ---- decode islands -------------------------------------------------------------------------
 
     def on_decode_progress(self, req: "Req", accepted: int) -> None:
-        """After a decode step of the running ``req``: lay a decode island when one is due, then
-        release the latest island's window lock once the request has left it."""
-        if self.disable or not self.is_swa_enabled:
-            return
-        if req.finished() or not req.kv.holds_kv or req.lock is None:
-            return
-        if req.skip_radix_cache_insert:  # barred from the tree, as checkpoint_kv_cache honours
+        """After a decode step of the running ``req`` (the scheduler calls it once per running
+        request and step, so it is on the decode hot path): lay a decode island when one is due,
+        then release the latest island's window lock once the request has left it. The common
+        step (no island due, the window lock already released) reads four request fields."""
+        lock = req.lock
+        if lock is None or not self._islands_active:
             return
         computed = computed_len(req)
-        if decode_island_due(computed, req.kv.cache_protected_len, self.decode_island_interval):
+        protected = req.kv.cache_protected_len
+        if (
+            decode_island_due(computed, protected, self.decode_island_interval)
+            and req.kv.holds_kv
+            and not req.skip_radix_cache_insert  # barred from the tree, as checkpoint_kv_cache
+            and not req.finished()
+        ):
             self.insert_decode_island(req, computed)
-        self.release_swa_prefix_lock(req)
+            lock, protected = req.lock, req.kv.cache_protected_len
+        if lock is not None and not lock.swa_released and island_out_of_window(
+            computed, protected, self._island_window, self.page_size
+        ):
+            super().release_swa_prefix_lock(req)
 
     def insert_decode_island(self, req: "Req", computed: int) -> None:
         """Checkpoint ``[0, computed)`` of the request's tokens: main's own insert path (frees the
@@ -123,10 +136,9 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         """Release the SWA part of ``req.lock`` only once the request left the window of the
         island it locks: ``island_out_of_window(L, cache_protected_len, w, p)``.
 
-        Also answers main's ``SGLANG_OPT_RELEASE_PREFILL_SWA`` (``maybe_evict_swa``), which counts
+        Answers main's ``SGLANG_OPT_RELEASE_PREFILL_SWA`` (``maybe_evict_swa``), which counts
         decode batches since the prefill: under islands the lock may be a decode island's taken
         a step ago, whose window the request still reads."""
-        window = (self.swa_retain_window or 0) + 1
-        if island_out_of_window(computed_len(req), req.kv.cache_protected_len, window,
-                                self.page_size):
+        if island_out_of_window(computed_len(req), req.kv.cache_protected_len,
+                                self._island_window, self.page_size):
             super().release_swa_prefix_lock(req)

@@ -145,14 +145,35 @@ class _DecodeIslandSuite:
         self.assertGreaterEqual(hit, last_end)
 
     def test_an_island_window_lock_is_released_w_plus_p_later_and_the_hold_stays_bounded(self):
-        interval = 48  # > w + p, so each island's lock is released before the next island
+        # 48 > w + p: each island's lock is released before the next island
+        released_ends, _ = self._check_window_release(48)
+        # the prompt-end island and every decode island but the latest were released
+        self.assertGreaterEqual(len(released_ends), 2)
+        self.assertEqual(released_ends[0], self.key_end(len(PROMPT)))
+
+    def test_a_step_that_lays_an_island_and_leaves_the_last_keeps_the_new_window_locked(self):
+        # w + p + 1: a step that lays an island mostly also leaves the previous island's window;
+        # only the previous lock may go, the new island's window is the one the request reads
+        _, both = self._check_window_release(W + self.PAGE + 1)
+        self.assertGreaterEqual(both, 2)
+
+    def _check_window_release(self, interval):
+        """Decode with ``interval``, checking every step that the lock is released exactly when
+        the request left the island it locks. Returns (island ends whose lock was released, steps
+        that laid an island while leaving the previous island's window)."""
         P = self.PAGE
         cache = self.build(swa_islands_decode_interval=interval)
         req = prefill(cache)
-        released_ends = []
+        released_ends, both = [], 0
+        previous = [req.kv.cache_protected_len]
 
         def check(L):
+            nonlocal both
             end = req.kv.cache_protected_len
+            if end != previous[0] and island_out_of_window(L, previous[0], W, P):
+                both += 1
+            previous[0] = end
+            self.assertEqual(req.lock.swa_released, island_out_of_window(L, end, W, P), (L, end))
             # main's SGLANG_OPT_RELEASE_PREFILL_SWA asks every step once past a window of
             # decode batches; the island cache answers only once the request left the island
             cache.release_swa_prefix_lock(req)
@@ -167,9 +188,7 @@ class _DecodeIslandSuite:
                 self.assertGreater(cache.swa_protected_size(), 0)
 
         decode(cache, req, DECODE_STEPS, each_step=check, swa_eviction_interval=32)
-        # the prompt-end island and every decode island but the latest were released
-        self.assertGreaterEqual(len(released_ends), 2)
-        self.assertEqual(released_ends[0], self.key_end(len(PROMPT)))
+        return released_ends, both
 
     def test_islands_closer_than_a_window_hold_at_most_w_plus_interval(self):
         # main locks whole nodes back to one window (only a leaf longer than the window is
