@@ -11,6 +11,7 @@ from sglang.srt.mem_cache.swa_island_formulas import (
     decode_island_interval,
     island_out_of_window,
     island_pool_check,
+    lazy_reclaim_fits,
     reclaim_watermark,
     swa_tombstone_frontier,
 )
@@ -141,6 +142,30 @@ def test_reclaim_watermark_is_one_chunk_rounded_up_to_a_page():
     assert reclaim_watermark(500, 16) == 512
     assert reclaim_watermark(None, 1) == DEFAULT_DECODE_ISLAND_INTERVAL
     assert reclaim_watermark(0, 64) == DEFAULT_DECODE_ISLAND_INTERVAL
+
+
+@pytest.mark.parametrize(
+    "pool, running, chunk, page, fits",
+    [
+        (32768, 16, 512, 1, True),   # the benchmarks' ample pool
+        (8192, 16, 512, 1, True),    # exactly one chunk per running request
+        (8191, 16, 512, 1, False),
+        (1825, 16, 512, 1, False),   # the 0.17-equivalent pool
+        (8192, 16, 500, 16, True),   # 500 page-rounds up to 512
+        (8000, 16, 500, 16, False),  # 16 x 500 but not 16 x 512
+        (175232, 48, 16384, 64, False),  # production at 0.17
+    ],
+)
+def test_lazy_reclaim_fits_one_page_rounded_chunk_per_running_request(pool, running, chunk, page,
+                                                                       fits):
+    assert lazy_reclaim_fits(pool, running, chunk, page) is fits
+
+
+def test_lazy_reclaim_fits_rejects_a_nonsense_pool():
+    with pytest.raises(ValueError):
+        lazy_reclaim_fits(-1, 16, 512, 1)
+    with pytest.raises(ValueError):
+        lazy_reclaim_fits(100, 0, 512, 1)
 
 
 # ---- the pool-floor check (both targets' guards act on its verdict) ----------------------------

@@ -33,10 +33,13 @@ Python core), so the default Rust core and the Python core behave alike. Vocabul
   default), so a request that diverges inside a committed chunk hits only up to the last chunk end.
   The island cache answers main's named decision ``frees_out_of_window_at_commit(req)`` (patch
   ``unified cache: name the commit-time out-of-window free decision``) from the policy: ``lazy``
-  (the default) never frees at the commit, so that SWA goes into the tree live, leaves the
+  never frees at the commit, so that SWA goes into the tree live, leaves the
   request's hold (the new lock is capped at one window by main's leaf split) and stays matchable
   and evictable (main's SWA LRU); ``eager`` always frees (main's default behaviour); ``auto``
-  frees while the free SWA pool is below ``reclaim_watermark`` (one prefill chunk).
+  (the default) frees at every commit where the SWA pool cannot keep one chunk per running
+  request live (``lazy_reclaim_fits``: main's single SWA LRU list evicts a lazily kept chunk
+  under pressure and the window at its end with it, as measured at the lean pools), and
+  elsewhere while the free SWA pool is below ``reclaim_watermark`` (one prefill chunk).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from sglang.srt.mem_cache.swa_island_formulas import (
     decode_island_due,
     decode_island_interval,
     island_out_of_window,
+    lazy_reclaim_fits,
     reclaim_watermark,
 )
 from sglang.srt.mem_cache.swa_island_guard import check_swa_island_pool
@@ -79,6 +83,11 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         )
         # Free SWA tokens below which ``auto`` frees at the commit: one prefill chunk.
         self.reclaim_watermark = reclaim_watermark(params.chunked_prefill_size, self.page_size)
+        # Whether ``auto`` may leave chunks live at all: only where the SWA pool keeps one chunk
+        # per running request (main's single SWA LRU list would evict them with their windows).
+        self.lazy_reclaim_fits = self.is_swa_enabled and lazy_reclaim_fits(
+            self.token_to_kv_pool_allocator.size_swa, self.req_to_token_pool.size,
+            params.chunked_prefill_size, self.page_size)
         # Tokens an island's window spans for ``island_out_of_window``: the retained window + 1.
         self._island_window = (self.swa_retain_window or 0) + 1
         # Whether decode islands run at all (an SWA tree that is not disabled).
@@ -92,11 +101,12 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         """Main's commit-time free of ``req``'s SWA below its frontier, decided by
         ``--swa-islands-reclaim``: ``lazy`` no (it stays in the tree, live and evictable, so a
         request diverging inside the committed tokens hits up to its divergence), ``eager`` yes,
-        ``auto`` yes while the free SWA pool is below ``reclaim_watermark``. The answer reads pool
-        state every rank shares."""
+        ``auto`` yes where the SWA pool is too small to keep a chunk per running request live
+        (``lazy_reclaim_fits``) and elsewhere while the free SWA pool is below
+        ``reclaim_watermark``. The answer reads pool state every rank shares."""
         if self.swa_islands_reclaim == "lazy":
             return False
-        if self.swa_islands_reclaim == "eager":
+        if self.swa_islands_reclaim == "eager" or not self.lazy_reclaim_fits:
             return True
         return self.token_to_kv_pool_allocator.swa_available_size() < self.reclaim_watermark
 

@@ -18,7 +18,8 @@ limitations under the License.
 """
 The pure formulas of SWA islands, defined once for both targets of the series (sglang 0.5.15.post1's
 ``SWARadixCache`` and 0.5.23's ``UnifiedRadixCache``): the frontier, the decode-island cadence,
-the release point of an island's window, the reclaim watermark and the SWA pool formulas.
+the release point of an island's window, the reclaim watermark (and where lazy reclaim fits) and
+the SWA pool formulas.
 Standard library only, so every target imports the same functions.
 
 Units are tokens. ``window_left``: the tree's ``sliding_window_size`` (the query at ``i`` reads
@@ -100,6 +101,18 @@ def reclaim_watermark(chunked_prefill_size: Optional[int], page_size: int) -> in
         DEFAULT_DECODE_ISLAND_INTERVAL
     )
     return -(-chunk // page_size) * page_size
+
+
+def lazy_reclaim_fits(swa_pool: int, max_running: int, chunked_prefill_size: Optional[int],
+                      page_size: int) -> bool:
+    """Whether the SWA pool keeps one chunk live per running request, ``N * ceil_p(cp)`` tokens:
+    where it does, chunks left live by ``lazy`` stay until a diverging request can hit them; where
+    it does not, they are evicted under pressure. A tree that evicts SWA from one LRU list
+    (sglang 0.5.23) then takes the window at a chunk's end with its cold SWA, so ``auto`` frees
+    at every commit there. Example: 32,768 >= 16 * 512 fits; 1,825 < 8,192 does not."""
+    _require_int("swa_pool", swa_pool, 0)
+    _require_int("max_running", max_running, 1)
+    return swa_pool >= max_running * reclaim_watermark(chunked_prefill_size, page_size)
 
 
 # Suggested ratios are multiples of this step.

@@ -6,9 +6,10 @@ inserted branch). Driven as the scheduler drives the cache (chunk commits throug
 ``checkpoint_kv_cache``, decode steps that call ``on_decode_progress``, ``release_kv_cache``) over
 the real UnifiedRadixCache, SWA allocator and pools.
 
-- ``lazy`` (the default): a request diverging inside a committed chunk hits up to its divergence;
-  ``eager``: only up to the last chunk end (main's default, upstream issue #36131); ``auto``:
-  lazy while one prefill chunk of SWA is free, eager below it;
+- ``lazy``: a request diverging inside a committed chunk hits up to its divergence; ``eager``:
+  only up to the last chunk end (main's default, upstream issue #36131); ``auto`` (the default):
+  where the SWA pool keeps one chunk per running request, lazy while one prefill chunk of SWA is
+  free and eager below it; in a smaller pool eager at every commit;
 - the hold stays ``<= w + 2p`` per running request after every commit (chunks and decode
   islands a window apart), under every policy;
 - after finish and eviction the pools are back at baseline;
@@ -20,7 +21,7 @@ import unittest
 
 from sglang.srt.environ import envs
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertResult
-from sglang.srt.mem_cache.swa_island_formulas import reclaim_watermark
+from sglang.srt.mem_cache.swa_island_formulas import lazy_reclaim_fits, reclaim_watermark
 from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
 from sglang.srt.mem_cache.unified_cache.components import ComponentType
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
@@ -55,9 +56,9 @@ def evicted_swa(req) -> int:
 class _ReclaimSuite:
     BACKEND = "python"
 
-    def build(self, reclaim="lazy", *, islands=True, cls=None, **fields):
+    def build(self, reclaim="lazy", *, islands=True, cls=None, max_num_reqs=4, **fields):
         params = build_params(
-            max_num_reqs=4, kv_size=KV, tree_core_backend=self.BACKEND,
+            max_num_reqs=max_num_reqs, kv_size=KV, tree_core_backend=self.BACKEND,
             enable_swa_islands=islands, swa_islands_reclaim=reclaim,
             chunked_prefill_size=CHUNK, **fields)
         cache = (cls or (SWAIslandUnifiedRadixCache if islands else UnifiedRadixCache))(params)
@@ -113,6 +114,24 @@ class _ReclaimSuite:
                 # frees lift the pool above the watermark, so the third commit keeps its chunk
                 self.assertEqual(evicted_swa(req), 2 * CHUNK - 1 - WINDOW_LEFT)
         self.assertEqual(hits, {False: DIVERGE_AT, True: CHUNK})
+
+    def test_auto_frees_at_every_commit_where_the_pool_cannot_keep_a_chunk_per_request(self):
+        hits = {}
+        for max_num_reqs in (4, 16):  # KV 512 SWA tokens: 4 x 64 fits, 16 x 64 does not
+            cache = self.build("auto", max_num_reqs=max_num_reqs)
+            allocator = cache.token_to_kv_pool_allocator
+            fits = lazy_reclaim_fits(allocator.size_swa, cache.req_to_token_pool.size, CHUNK, P)
+            self.assertEqual(fits, max_num_reqs == 4)
+            self.assertEqual(cache.lazy_reclaim_fits, fits)
+            decisions = []
+            req = self.commit_prompt(cache, lambda r: decisions.append(
+                (cache.frees_out_of_window_at_commit(r), allocator.swa_available_size())))
+            self.assertTrue(all(available >= CHUNK for _, available in decisions))
+            self.assertEqual([frees for frees, _ in decisions], [not fits] * CHUNKS)
+            hits[max_num_reqs] = (match_prefix(cache, BRANCH).device_prefix_len, evicted_swa(req))
+        self.assertEqual(hits[4], (DIVERGE_AT, 0))
+        self.assertEqual(hits[16][0], CHUNK)  # as eager: back to the last chunk end
+        self.assertGreater(hits[16][1], DIVERGE_AT)
 
     def test_the_hold_stays_one_window_after_every_commit(self):
         interval = 48  # decode islands a window apart (closer ones: see the decode-island tests)
