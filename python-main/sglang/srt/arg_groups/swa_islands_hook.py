@@ -73,10 +73,12 @@ def swa_islands_conflict(cfg: Any, environ: Mapping[str, str]) -> Optional[str]:
 def handle_swa_islands(server_args: Any, environ: Optional[Mapping[str, str]] = None) -> None:
     """Refuse an island configuration the island path does not cover; without the flag, say
     that its settings are ignored (a rollback drops the flag and may leave them in place)."""
+    from sglang.srt.server_args import _defaults  # the declared defaults, by field name
+
     cfg = resolving_view(server_args)
     if not cfg.enable_swa_islands:
         if (cfg.swa_islands_decode_interval is not None
-                or cfg.swa_islands_reclaim != RECLAIM_POLICIES[0]):
+                or cfg.swa_islands_reclaim != _defaults["swa_islands_reclaim"]):
             logger.warning("--swa-islands-decode-interval and --swa-islands-reclaim take effect "
                            "only with %s; ignored.", FLAG)
         return

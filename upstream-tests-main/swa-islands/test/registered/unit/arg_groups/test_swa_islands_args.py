@@ -135,8 +135,13 @@ class TestSwaIslandsRefusals(unittest.TestCase):
             with self.subTest(overrides=overrides):
                 handle_swa_islands(args(**overrides), environ={FREE_OUT_OF_WINDOW_ENV: "0"})
 
+    def test_the_default_settings_without_the_flag_say_nothing(self):
+        with self.assertNoLogs("sglang.srt.arg_groups.swa_islands_hook", "WARNING"):
+            handle_swa_islands(args(), environ={})
+
     def test_island_settings_without_the_flag_only_warn(self):
-        for overrides in ({"swa_islands_reclaim": "eager"}, {"swa_islands_decode_interval": 0}):
+        for overrides in ({"swa_islands_reclaim": "eager"}, {"swa_islands_reclaim": "lazy"},
+                          {"swa_islands_decode_interval": 0}):
             with self.subTest(overrides=overrides):
                 with self.assertLogs("sglang.srt.arg_groups.swa_islands_hook", "WARNING") as logs:
                     handle_swa_islands(args(**overrides), environ={})
