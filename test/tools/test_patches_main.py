@@ -365,7 +365,8 @@ def _post(base: str, ids, max_new: int = 4):
                     reason=".venv-main-islands does not exist (scripts/setup_main.sh --islands)")
 def test_islands_environment_answers_out_of_vocab_input_ids_with_a_400_and_keeps_serving():
     """Stock 0.5.23 dies on such a request (the scheduler's IndexError in the embedding takes the
-    server down); with the main series it is a 400 and the server keeps answering."""
+    server down); with the main series it is a 400 and the server keeps answering. The boot (no
+    island flag, a set ratio) also logs the rollback warning."""
     sys.path.insert(0, str(REPO))
     from islands_harness.e2e_workload import SERVER_ARGS, WINDOW
     from islands_harness.server import SglangServer
@@ -383,3 +384,9 @@ def test_islands_environment_answers_out_of_vocab_input_ids_with_a_400_and_keeps
         status, after = _post(srv.base_url, [5, 6, 7, 8])
         assert status == 200 and after["output_ids"] == before["output_ids"], after
         assert srv.proc.poll() is None
+        log = srv.log_path.read_text(errors="replace")
+    # the same boot, without the flag at a set ratio of 0.25 (1024 SWA tokens): the rollback
+    # warning (patch 0008) with stock main's decode hold, 32 + 32 + 128 tokens per request
+    assert ("SWA pool of 1024 tokens (--swa-full-tokens-ratio 0.25) binds admission at about 5.0 "
+            "decoding requests without --enable-swa-islands: each holds up to 192 tokens") in log, (
+        log[-3000:])

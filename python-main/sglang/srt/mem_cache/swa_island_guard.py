@@ -5,7 +5,8 @@ The flag combinations the island path does not cover are refused with the server
 (``sglang.srt.arg_groups.swa_islands_hook``). What only the model decides is checked here once the
 registry has built the cache (:func:`check_swa_islands_cache`): islands run only on an
 ``SWAIslandUnifiedRadixCache`` over a hybrid sliding-window model without Mamba layers and with
-the SWA allocator. The pool formulas are ``swa_island_formulas``' (shared with the 0.5.15
+the SWA allocator. Without the flag, a lowered ratio that binds stock admission is warned about
+(:func:`warn_swa_pool_binds_without_islands`, the rollback). The pool formulas are ``swa_island_formulas``' (shared with the 0.5.15
 target); a check that refuses raises ``ValueError`` with the reason and the way out.
 """
 
@@ -14,7 +15,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Optional
 
-from sglang.srt.mem_cache.swa_island_formulas import island_pool_check
+from sglang.srt.mem_cache.swa_island_formulas import (
+    admission_bind,
+    hold_unified_decode,
+    island_pool_check,
+    ratio_for_swa_pool,
+)
 
 if TYPE_CHECKING:
     from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache
@@ -61,3 +67,37 @@ def check_swa_island_pool(cache: BasePrefixCache, chunked_prefill_size: Optional
         raise ValueError(f"{FLAG}: {check.message}")
     if check.verdict == "warn":
         logger.warning("%s: %s", FLAG, check.message)
+
+
+def warn_swa_pool_binds_without_islands(cache: BasePrefixCache, operator_ratio: Optional[float],
+                                        chunked_prefill_size: Optional[int],
+                                        eviction_interval: int) -> None:
+    """In ``create_tree_cache`` without the flag (a rollback keeps the ratio islands ran with): a
+    stock ``UnifiedRadixCache`` whose SWA pool, at an explicitly set ``--swa-full-tokens-ratio``,
+    admits fewer decoding requests than the request pool, ``(pool - cp) / hold_unified_decode``
+    (one chunk in flight), is told so with the ratio that fits and the way back to islands.
+    ``operator_ratio``: the ratio the operator gave, None when it is the default (nothing to
+    say then); other caches: nothing."""
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    if type(cache) is not UnifiedRadixCache or not cache.is_swa_enabled or cache.disable:
+        return
+    if operator_ratio is None:
+        return
+    allocator = cache.token_to_kv_pool_allocator
+    page = cache.page_size
+    chunk = chunked_prefill_size if chunked_prefill_size and chunked_prefill_size > 0 else page
+    hold = hold_unified_decode(cache.sliding_window_size + 1, page, max(1, eviction_interval))
+    n_cap = cache.req_to_token_pool.size
+    bind = admission_bind(max(allocator.size_swa - chunk, 0), hold)
+    if bind >= n_cap:
+        return
+    suggested = ratio_for_swa_pool(n_cap * hold + chunk, max(allocator.size_full, 1), page)
+    logger.warning(
+        "SWA pool of %d tokens (--swa-full-tokens-ratio %s) binds admission at about %.1f "
+        "decoding requests without %s: each holds up to %d tokens of SWA KV (a window lock plus "
+        "its decode tail), one chunk of %d is in flight, and the request pool allows %d. If "
+        "islands were just turned off (rollback), move the ratio back with them, e.g. "
+        "--swa-full-tokens-ratio %.2f, or keep %s on.",
+        allocator.size_swa, operator_ratio, bind, FLAG, hold, chunk, n_cap, suggested, FLAG,
+    )

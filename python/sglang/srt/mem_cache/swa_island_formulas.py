@@ -205,6 +205,19 @@ def hold_without_islands(
     return _ceil_page(chunk + window if worst_case else chunk, page)
 
 
+def hold_unified_decode(window: int, page: int, eviction_interval: int) -> int:
+    """SWA tokens one decoding request holds on sglang 0.5.23's ``UnifiedRadixCache`` without
+    islands, at most: its prompt-end lock of one window, ``ceil_p(w - 1)``, for the whole
+    generation, plus its own decode tail, up to ``w - 1 + interval`` between two runs of the
+    decode SWA evictor (``SGLANG_SWA_EVICTION_INTERVAL``). A chunk commit frees everything
+    below the window there, so no chunk is held. Example: w = 1024, p = 64, interval 128:
+    1024 + 1151 = 2175 (measured max, ``swa_hold_main_production``)."""
+    _require_int("window", window, 1)
+    _require_int("page", page, 1)
+    _require_int("eviction_interval", eviction_interval, 1)
+    return _ceil_page(window - 1, page) + window - 1 + eviction_interval
+
+
 def admission_bind(swa_pool: int, hold: float) -> float:
     """Running requests an SWA pool of ``swa_pool`` tokens admits at ``hold`` tokens each.
 

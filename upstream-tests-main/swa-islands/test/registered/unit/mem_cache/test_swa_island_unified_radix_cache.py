@@ -1,6 +1,7 @@
 """SWAIslandUnifiedRadixCache (--enable-swa-islands) on both tree cores: built from its
 CacheInitParams, its SWA pool checked against the island floor at construction, refused by
-swa_island_guard where the model rules islands out, and, until the island steps land, answering
+swa_island_guard where the model rules islands out (and, without the flag, a set ratio that binds
+stock admission warned about: the rollback), and, until the island steps land, answering
 inserts and matches exactly as UnifiedRadixCache does."""
 
 import unittest
@@ -12,10 +13,15 @@ from sglang.srt.mem_cache.base_prefix_cache import InsertParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.swa_island_formulas import (
     DEFAULT_DECODE_ISLAND_INTERVAL,
+    hold_unified_decode,
     island_capacity,
     island_floor,
+    ratio_for_swa_pool,
 )
-from sglang.srt.mem_cache.swa_island_guard import check_swa_islands_cache
+from sglang.srt.mem_cache.swa_island_guard import (
+    check_swa_islands_cache,
+    warn_swa_pool_binds_without_islands,
+)
 from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 from sglang.test.ci.ci_register import register_cpu_ci
@@ -125,6 +131,48 @@ class TestSwaIslandsGuard(unittest.TestCase):
                                     "UnifiedRadixCache"):
             check_swa_islands_cache(self.stock, is_hybrid_swa=True, is_hybrid_ssm=False)
 
+
+class TestRollbackWarning(unittest.TestCase):
+    """Without the flag (a rollback that kept the islands' ratio): a stock UnifiedRadixCache whose
+    SWA pool admits fewer decoding requests than the request pool, at an operator-set ratio."""
+
+    LOGGER = "sglang.srt.mem_cache.swa_island_guard"
+    INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL
+
+    def test_a_set_ratio_that_binds_decoding_requests_warns_with_the_ratio_that_fits(self):
+        cache = UnifiedRadixCache(build_params(max_num_reqs=10))
+        allocator = cache.token_to_kv_pool_allocator
+        hold = hold_unified_decode(WINDOW_LEFT + 1, 1, self.INTERVAL)
+        bind = (allocator.size_swa - CHUNK) / hold
+        n_cap = cache.req_to_token_pool.size
+        self.assertLess(bind, n_cap)
+        with self.assertLogs(self.LOGGER, "WARNING") as logs:
+            warn_swa_pool_binds_without_islands(cache, 0.17, CHUNK, self.INTERVAL)
+        message = logs.output[0]
+        self.assertIn(f"binds admission at about {bind:.1f} decoding requests without "
+                      "--enable-swa-islands", message)
+        self.assertIn(f"holds up to {hold} tokens", message)
+        suggested = ratio_for_swa_pool(n_cap * hold + CHUNK, allocator.size_full, 1)
+        self.assertIn(f"--swa-full-tokens-ratio {suggested:.2f}, or keep --enable-swa-islands on",
+                      message)
+
+    def test_room_for_every_decoding_request_a_default_ratio_or_the_island_cache_are_silent(self):
+        short = 16  # a decode SWA evictor every 16 tokens: 2.5 decoding requests fit 256 tokens
+        roomy = UnifiedRadixCache(build_params(max_num_reqs=2))
+        self.assertGreaterEqual(
+            (roomy.token_to_kv_pool_allocator.size_swa - CHUNK)
+            / hold_unified_decode(WINDOW_LEFT + 1, 1, short),
+            roomy.req_to_token_pool.size)
+        tight = UnifiedRadixCache(build_params(max_num_reqs=10))
+        island = SWAIslandUnifiedRadixCache(
+            build_params(max_num_reqs=2, enable_swa_islands=True, chunked_prefill_size=CHUNK))
+        for cache, ratio, interval in ((roomy, 0.17, short), (tight, None, self.INTERVAL),
+                                       (island, 0.17, self.INTERVAL)):
+            with self.subTest(cache=type(cache).__name__, ratio=ratio, interval=interval):
+                with self.assertNoLogs(self.LOGGER, "WARNING"):
+                    warn_swa_pool_binds_without_islands(cache, ratio, CHUNK, interval)
+        with self.assertLogs(self.LOGGER, "WARNING"):  # the roomy pool at a slower evictor
+            warn_swa_pool_binds_without_islands(roomy, 0.17, CHUNK, self.INTERVAL)
 
 if __name__ == "__main__":
     unittest.main()
