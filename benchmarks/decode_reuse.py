@@ -343,7 +343,7 @@ def run_arm(model: pathlib.Path, vocab_hi: int, arm: str, shape: Shape,
     srv = SglangServer(model, SERVER_ARGS + ARMS[arm] + extra_args, boot_timeout_s=900,
                        env=ARM_ENV.get(arm), python=arm_python(arm))
     progress(f"{arm}: booting")
-    code = code_version()
+    code = code_version(arm_python(arm))
     srv.start()
     progress(f"{arm}: up in {srv.boot_s:.0f} s (log {srv.log_path})")
     outputs: dict[str, list[int]] = {}

@@ -239,3 +239,29 @@ def test_process_tree_cpu_seconds_counts_children():
         child.kill()
         child.wait()
     assert process_tree_cpu_seconds(child.pid) is None
+
+
+def test_code_version_reads_the_island_module_of_the_environment_a_server_boots():
+    """A main arm's provenance is its own environment's module (or None in stock main), never the
+    0.5.15 module of the interpreter running the benchmark."""
+    import pathlib as _pathlib
+
+    from islands_harness.provenance import ISLAND_MODULE, code_version
+
+    repo = _pathlib.Path(__file__).resolve().parents[2]
+    here = code_version()
+    assert here["python"] is None and len(here["installed_swa_island_radix_cache_sha256_16"]) == 16
+    for venv, has_module in ((".venv-main-islands", True), (".venv-main", False)):
+        python = repo / venv / "bin" / "python"
+        if not python.exists():
+            continue
+        there = code_version(str(python))
+        digest = there["installed_swa_island_radix_cache_sha256_16"]
+        if not has_module:
+            assert digest is None, there
+            continue
+        purelib = next((repo / venv / "lib").glob("python3*/site-packages"))
+        import hashlib as _hashlib
+
+        want = _hashlib.sha256((purelib / ISLAND_MODULE).read_bytes()).hexdigest()[:16]
+        assert digest == want != here["installed_swa_island_radix_cache_sha256_16"], there
