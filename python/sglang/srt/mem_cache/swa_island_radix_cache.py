@@ -83,6 +83,8 @@ the in-flight chunk's window locked (:func:`commit_frees_are_stream_ordered`).
 """
 
 import dataclasses
+import logging
+import os
 import weakref
 from typing import TYPE_CHECKING, Collection, Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -109,7 +111,13 @@ from sglang.srt.mem_cache.swa_island_formulas import (  # noqa: F401  (re-export
     reclaim_watermark,
     swa_tombstone_frontier,
 )
+from sglang.srt.mem_cache.swa_island_digest import TreeDigest, tree_digest
 from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache, TreeNode
+
+logger = logging.getLogger(__name__)
+
+# Set to 1: log the tree digest (swa_island_digest) at idle points where it changed, per rank.
+TREE_DIGEST_ENV = "SGLANG_SWA_ISLANDS_TREE_DIGEST"
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
@@ -177,6 +185,20 @@ class SWAIslandRadixCache(SWARadixCache):
             torch.device(self.device), params.enable_overlap_schedule
         )
         self.stats = IslandStats()
+        self.log_tree_digest = os.environ.get(TREE_DIGEST_ENV, "0") == "1"
+        self._logged_digest: Optional[TreeDigest] = None
+
+    def sanity_check(self) -> None:
+        """Upstream's LRU check (the scheduler calls it at idle points on every rank); with
+        ``SGLANG_SWA_ISLANDS_TREE_DIGEST=1`` also log :func:`tree_digest` when it changed since
+        the last idle point, so the ranks' decisions can be compared line by line."""
+        super().sanity_check()
+        if not self.log_tree_digest:
+            return
+        digest = tree_digest(self)
+        if digest != self._logged_digest:
+            self._logged_digest = digest
+            logger.info("SWA islands tree digest: %s", digest)
 
     def reset(self) -> None:
         super().reset()
@@ -414,6 +436,12 @@ class SWAIslandRadixCache(SWARadixCache):
         else:
             self._island_marks.pop(node, None)
             self._unverify_above(node)
+
+    def island_state_of(self, node: TreeNode) -> Tuple[int, bool, Optional[int]]:
+        """What islands recorded about ``node``: its island marks, whether it is a retention
+        point, and its eviction class (None outside the SWA LRU list)."""
+        return (self._island_marks.get(node, 0), node in self._retention_marks,
+                getattr(node, "evict_class", None))
 
     def _is_match_end(self, node: TreeNode, keep: Optional[Keep] = None) -> bool:
         """Whether ``node``'s end is a match end whose window ``keep`` keeps (default: every
