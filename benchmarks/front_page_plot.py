@@ -8,8 +8,10 @@ Reads (nothing else; no server, no benchmark run):
 * ``--hold``       ``swa_hold.py --production`` on 0.5.15.post1: arms ``upstream``, ``islands``
 * ``--hold-main``  ``swa_hold.py --target main --production``: arms ``main/<core>``,
                    ``main_islands/<core>`` (``--core``, default ``rust``: 0.5.23's default tree)
-* ``--admission``  ``admission.py``: arms ``upstream_<pool>``, ``main_<pool>``, ``islands_<pool>``
-                   (``--pool``, default 0.17), ``main_islands_<pool>`` when the file has it
+* ``--admission``       ``admission.py --quick`` on 0.5.15.post1: arms ``upstream_<pool>``,
+                        ``islands_<pool>`` (``--pool``, default 0.17)
+* ``--admission-main``  ``admission.py --quick`` with the 0.5.23 arms: ``main_<pool>``, and
+                        ``main_islands_<pool>`` when the file has it
 
 Left panel: SWA tokens held per running request right after every chunk commit (max) and per
 decoding request (mean), window 1024, page 64, chunk 16384. Right panel: the no-reuse workload's
@@ -95,24 +97,28 @@ def hold_rows(a: argparse.Namespace) -> Tuple[List[Tuple[str, str, float, float]
 
 def admission_rows(a: argparse.Namespace):
     """[(label, colour, mean running, max running, retractions)], cap, predicted bind, pool."""
-    adm = load(a.admission)
-    cap = need(adm, a.admission, "cap")
-    arms = need(adm, a.admission, "arms")
+    adm, adm_main = load(a.admission), load(a.admission_main)
     pool = a.pool
     rows = []
-    bind: Optional[float] = None
-    swa_pool = None
-    for arm, fam, required in ((f"upstream_{pool}", UPSTREAM, True), (f"main_{pool}", MAIN, True),
-                               (f"islands_{pool}", ISLANDS, True),
-                               (f"main_islands_{pool}", MAIN_ISLANDS, False)):
-        if not required and arm not in arms:
+    seen = {}  # (cap, predicted bind, SWA pool) per file: the arms must share them
+    for data, path, arm, fam, required in (
+            (adm, a.admission, f"upstream_{pool}", UPSTREAM, True),
+            (adm_main, a.admission_main, f"main_{pool}", MAIN, True),
+            (adm, a.admission, f"islands_{pool}", ISLANDS, True),
+            (adm_main, a.admission_main, f"main_islands_{pool}", MAIN_ISLANDS, False)):
+        if not required and arm not in need(data, path, "arms"):
             continue
-        mean = need(adm, a.admission, "arms", arm, "mean_running")
-        mx = need(adm, a.admission, "arms", arm, "max_running")
-        retr = need(adm, a.admission, "arms", arm, "retractions")
-        bind = need(adm, a.admission, "arms", arm, "predicted_bind_without_islands")
-        swa_pool = need(adm, a.admission, "arms", arm, "swa_pool")
+        mean = need(data, path, "arms", arm, "mean_running")
+        mx = need(data, path, "arms", arm, "max_running")
+        retr = need(data, path, "arms", arm, "retractions")
+        seen[(_rel(path), arm)] = (need(data, path, "cap"),
+                                   need(data, path, "arms", arm, "predicted_bind_without_islands"),
+                                   need(data, path, "arms", arm, "swa_pool"))
         rows.append((fam[0], fam[1], float(mean), float(mx), float(retr)))
+    if len(set(seen.values())) != 1:
+        raise InputError("the admission arms differ in cap, predicted bind or SWA pool: "
+                         + "; ".join(f"{f} {arm}: {v}" for (f, arm), v in seen.items()))
+    cap, bind, swa_pool = next(iter(seen.values()))
     return rows, cap, bind, swa_pool
 
 
@@ -150,8 +156,10 @@ def plot(a: argparse.Namespace) -> pathlib.Path:
     for i, (label, colour, mean, mx, retr) in enumerate(running):
         ax2.bar(i, mean, 0.6, color=colour, edgecolor="black", lw=0.6)
         ax2.plot(i, mx, marker="_", color="black", markersize=28, mew=2)
-        ax2.text(i, mean / 2, f"mean {mean:.1f}\nmax {mx:.0f}\n{retr:.0f} retractions",
-                 ha="center", va="center", fontsize=8)
+        inside = mean >= 7  # three lines of text fit in the bar
+        ax2.text(i, mean / 2 if inside else mx + 0.4,
+                 f"mean {mean:.1f}\nmax {mx:.0f}\n{retr:.0f} retractions",
+                 ha="center", va="center" if inside else "bottom", fontsize=8)
     ax2.plot([], [], marker="_", color="black", markersize=14, mew=2, ls="none",
              label="max running")
     ax2.axhline(cap, ls="--", color="black", lw=1, label=f"cap (--max-running-requests {cap})")
@@ -171,10 +179,10 @@ def plot(a: argparse.Namespace) -> pathlib.Path:
     ax2.grid(axis="y", alpha=0.3)
 
     fig.suptitle("SWA KV held per request, and running requests at a lean SWA pool", fontsize=11)
-    fig.text(0.5, 0.01, f"from {_rel(a.hold)}, {_rel(a.hold_main)} ({a.core} core), "
-             f"{_rel(a.admission)} (tiny model on CPU, w 32, cp 512, cap {cap})",
-             ha="center", fontsize=7, color="#555555")
-    fig.tight_layout(rect=(0, 0.04, 1, 0.95))
+    fig.text(0.5, 0.005, f"left: {_rel(a.hold)}, {_rel(a.hold_main)} ({a.core} core)\n"
+             f"right: {_rel(a.admission)}, {_rel(a.admission_main)} (tiny model on CPU, w 32, "
+             f"cp 512, cap {cap})", ha="center", va="bottom", fontsize=7, color="#555555")
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(a.out, dpi=100)
     plt.close(fig)
@@ -195,9 +203,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "swa_hold_main_production.json)")
     ap.add_argument("--core", default="rust", choices=("rust", "python"),
                     help="0.5.23 tree core of the hold panel (default: %(default)s)")
-    ap.add_argument("--admission", type=pathlib.Path,
+    ap.add_argument("--admission", type=pathlib.Path, default=RESULTS / "admission_quick.json",
+                    help="0.5.15.post1 admission result: upstream_POOL, islands_POOL "
+                         "(default: benchmarks/results/admission_quick.json)")
+    ap.add_argument("--admission-main", type=pathlib.Path,
                     default=RESULTS / "admission_quick_main.json",
-                    help="admission result with upstream_, main_ and islands_ arms at --pool "
+                    help="0.5.23 admission result: main_POOL, main_islands_POOL if run "
                          "(default: benchmarks/results/admission_quick_main.json)")
     ap.add_argument("--pool", default="0.17", help="pool of the running panel (default: %(default)s)")
     ap.add_argument("--out", type=pathlib.Path, default=RESULTS / "front_page.png",

@@ -19,7 +19,7 @@ def run(*args):
 def test_help_names_the_inputs():
     res = run("--help")
     assert res.returncode == 0, res.stderr
-    for opt in ("--hold", "--hold-main", "--admission", "--pool", "--out"):
+    for opt in ("--hold", "--hold-main", "--admission", "--admission-main", "--pool", "--out"):
         assert opt in res.stdout
 
 
@@ -50,9 +50,19 @@ def test_a_missing_key_is_named_with_its_file(tmp_path):
     del adm["arms"]["main_0.17"]
     path = tmp_path / "admission_without_main.json"
     path.write_text(json.dumps(adm))
-    res = run("--admission", str(path), "--out", str(tmp_path / "x.png"))
+    res = run("--admission-main", str(path), "--out", str(tmp_path / "x.png"))
     assert res.returncode == 2
     assert "admission_without_main.json" in res.stderr and "'main_0.17'" in res.stderr
     res = run("--pool", "0.42", "--out", str(tmp_path / "x.png"))
     assert res.returncode == 2 and "'upstream_0.42'" in res.stderr
     assert not (tmp_path / "x.png").exists()
+
+
+def test_islands_on_main_is_optional_in_the_running_panel(tmp_path):
+    adm = json.loads((RESULTS / "admission_quick_main.json").read_text())
+    adm["arms"].pop("main_islands_0.17", None)
+    path = tmp_path / "admission_main_without_islands.json"
+    path.write_text(json.dumps(adm))
+    res = run("--admission-main", str(path), "--out", str(tmp_path / "x.png"))
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "x.png").is_file()
