@@ -18,8 +18,8 @@ decoding request (mean), window 1024, page 64, chunk 16384. Right panel: the no-
 time-weighted mean running requests at the pool (bars), the max (marker), retractions (label),
 the concurrency cap and the bind the planner predicts without islands.
 
-    .venv/bin/python benchmarks/front_page_plot.py                 # -> benchmarks/results/front_page.png
-    .venv/bin/python benchmarks/front_page_plot.py --out /tmp/fp.png
+    .venv/bin/python benchmarks/front_page_plot.py --out benchmarks/results/front_page.png
+    .venv/bin/python benchmarks/front_page_plot.py      # -> .work/front_page/front_page.png
 
 Exits 2 with the file (and key) it could not read.
 """
@@ -33,7 +33,10 @@ import sys
 from typing import Any, List, Optional, Tuple
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+# Read only: the committed results the picture is drawn from. Like every benchmark, the script
+# writes into the committed results only when told to (--out; default under .work/).
+INPUTS = ROOT.joinpath("benchmarks", "results")
+DEFAULT_OUT = ROOT / ".work" / "front_page" / "front_page.png"
 PROG = "front_page_plot.py"
 
 # (label, colour) per arm family; the same colours in both panels.
@@ -194,25 +197,26 @@ def main(argv: Optional[List[str]] = None) -> int:
         prog=PROG, description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Inputs are committed result files; see the module docstring for the keys read.")
-    ap.add_argument("--hold", type=pathlib.Path, default=RESULTS / "swa_hold_production.json",
+    ap.add_argument("--hold", type=pathlib.Path, default=INPUTS / "swa_hold_production.json",
                     help="0.5.15.post1 hold result (default: benchmarks/results/"
                          "swa_hold_production.json)")
     ap.add_argument("--hold-main", type=pathlib.Path,
-                    default=RESULTS / "swa_hold_main_production.json",
+                    default=INPUTS / "swa_hold_main_production.json",
                     help="0.5.23 hold result (default: benchmarks/results/"
                          "swa_hold_main_production.json)")
     ap.add_argument("--core", default="rust", choices=("rust", "python"),
                     help="0.5.23 tree core of the hold panel (default: %(default)s)")
-    ap.add_argument("--admission", type=pathlib.Path, default=RESULTS / "admission_quick.json",
+    ap.add_argument("--admission", type=pathlib.Path, default=INPUTS / "admission_quick.json",
                     help="0.5.15.post1 admission result: upstream_POOL, islands_POOL "
                          "(default: benchmarks/results/admission_quick.json)")
     ap.add_argument("--admission-main", type=pathlib.Path,
-                    default=RESULTS / "admission_quick_main.json",
+                    default=INPUTS / "admission_quick_main.json",
                     help="0.5.23 admission result: main_POOL, main_islands_POOL if run "
                          "(default: benchmarks/results/admission_quick_main.json)")
     ap.add_argument("--pool", default="0.17", help="pool of the running panel (default: %(default)s)")
-    ap.add_argument("--out", type=pathlib.Path, default=RESULTS / "front_page.png",
-                    help="PNG to write (default: benchmarks/results/front_page.png)")
+    ap.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT,
+                    help="PNG to write (default: .work/front_page/front_page.png; the README's "
+                         "picture: --out benchmarks/results/front_page.png)")
     a = ap.parse_args(argv)
     try:
         out = plot(a)
