@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What CPU cannot prove, in one call on a GPU machine (see README "GPU"):
+# What CPU cannot prove, in one call on a GPU machine (see docs/GPU.md):
 #   1. unit: the island unit tests with the real stack on CUDA tensors, page sizes 1/16/64 with the
 #      real Triton allocator kernels (ISLANDS_TEST_DEVICE=cuda; on CPU they run under TRITON_INTERPRET);
 #   2. hold: the hold benchmark (benchmarks/swa_hold.py, quick and production shapes) on CUDA
