@@ -1,0 +1,95 @@
+"""Islands under tensor parallelism on the real SGLang server (CPU, tiny hybrid-SWA model): with
+``--tp-size 2`` every rank runs its own scheduler and tree cache, and only determinism keeps their
+island decisions identical. Two boots with islands on, TP 1 and TP 2, run the e2e workload
+(`islands_harness.e2e_workload`: chunked prefill 64, so chunk islands; 24 output tokens at the
+decode-island interval 64/4 = 16, so decode islands; a 1024-token SWA pool under 34 requests, so
+reclaim and eviction; shared prefixes, so junctions; 8 concurrent clients, so queued hits):
+
+- every output equal on TP 1 and TP 2, and, sequential phase, every cached-token count;
+- each rank logs its tree digest (``SGLANG_SWA_ISLANDS_TREE_DIGEST=1``, ``swa_island_digest``:
+  keys, value lengths, tombstones, lock counts, island marks, eviction classes, LRU orders, pool
+  sizes) at idle points when it changed; after each phase, once both are idle, the two ranks'
+  latest digests are equal, and after the sequential phase equal to the TP 1 server's.
+
+The CPU server starts TP 2 only with ``SGLANG_CPU_OMP_THREADS_BIND`` naming one core set per rank
+(``0|1``); without it the boot fails with a message about NUMA binding.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from islands_harness.client import generate
+from islands_harness.e2e_workload import CONCURRENCY, SERVER_ARGS, WINDOW, make_workload
+from islands_harness.server import SglangServer
+
+pytestmark = pytest.mark.server
+
+# "[time TP1] SWA islands ..." under TP 2; "[time] SWA islands ..." on a TP 1 server (rank 0)
+DIGEST = re.compile(r"^\[[^\]]*?(?: TP(\d+))?\] SWA islands tree digest: (\w+) ", re.M)
+IDLE_S = 4.0  # both ranks pass an idle point and log a changed digest well within this
+
+
+def latest_digests(log: str) -> dict[int, str]:
+    """The latest digest each rank logged: {tp rank: sha256_16}."""
+    out: dict[int, str] = {}
+    for m in DIGEST.finditer(log):
+        out[int(m.group(1) or 0)] = m.group(2)
+    return out
+
+
+def run_server(model, workload, tp: int) -> dict:
+    seq, conc = workload
+    env = {"SGLANG_SWA_ISLANDS_TREE_DIGEST": "1"}
+    if tp > 1:
+        env["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(str(r) for r in range(tp))
+    args = SERVER_ARGS + ["--enable-swa-islands", "--tp-size", str(tp)]
+    with SglangServer(model, args, env=env, omp_threads=1, boot_timeout_s=600) as srv:
+        outputs, cached, digests = {}, {}, []
+        for name, ids, n, _ in seq:
+            r = generate(srv.base_url, ids, n, timeout=300)
+            outputs[name], cached[name] = r.output_ids, r.cached_tokens
+        time.sleep(IDLE_S)
+        digests.append(latest_digests(srv.log_path.read_text(errors="replace")))
+
+        def one(item):
+            name, ids, n, _ = item
+            return name, generate(srv.base_url, ids, n, timeout=300).output_ids
+
+        with ThreadPoolExecutor(CONCURRENCY) as pool:
+            for name, out in pool.map(one, conc):
+                outputs[name] = out
+        time.sleep(IDLE_S)
+        digests.append(latest_digests(srv.log_path.read_text(errors="replace")))
+        return {"outputs": outputs, "cached": cached, "digests": digests}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    from islands_harness.tiny_model import build_tiny_model
+    import json
+
+    path = build_tiny_model(window=WINDOW)
+    meta = json.loads((path / ".tiny_model_complete.json").read_text())
+    workload = make_workload(meta["real_vocab"])
+    return {tp: run_server(path, workload, tp) for tp in (1, 2)}
+
+
+def test_tp2_outputs_and_sequential_cached_tokens_equal_tp1(runs):
+    one, two = runs[1], runs[2]
+    assert two["outputs"] == one["outputs"]
+    assert two["cached"] == one["cached"]
+    assert sum(one["cached"].values()) > 0  # the workload hits the cache
+
+
+def test_tp2_ranks_agree_on_the_tree_after_every_phase(runs):
+    for phase, (d1, d2) in enumerate(zip(runs[1]["digests"], runs[2]["digests"])):
+        assert set(d2) == {0, 1}, (phase, d2)
+        assert d2[0] == d2[1], (phase, d2)
+        assert set(d1) == {0}, (phase, d1)
+    # sequential: the same decisions as the TP 1 server, not only between the two ranks
+    assert runs[2]["digests"][0][0] == runs[1]["digests"][0][0]
