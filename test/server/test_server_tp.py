@@ -11,6 +11,12 @@ reclaim and eviction; shared prefixes, so junctions; 8 concurrent clients, so qu
   sizes) at idle points when it changed; after each phase, once both are idle, the two ranks'
   latest digests are equal, and after the sequential phase equal to the TP 1 server's.
 
+On sglang 0.5.23 (``.venv-main-islands``) the tree lives in the Rust core, out of reach of the
+digest; there the same two boots run with upstream's own checker switched on
+(``SGLANG_ENABLE_RANK_CONSENSUS_CHECKER=1``: every ``@rank_consensus`` call, ``checkpoint`` with its
+``req.rid`` and ``up_to`` among them, must be made with the same arguments on every rank, or the
+scheduler raises), and outputs and sequential cached tokens must equal TP 1's.
+
 The CPU server starts TP 2 only with ``SGLANG_CPU_OMP_THREADS_BIND`` naming one core set per rank
 (``0|1``); without it the boot fails with a message about NUMA binding.
 """
@@ -25,6 +31,7 @@ import pytest
 
 from islands_harness.client import generate
 from islands_harness.e2e_workload import CONCURRENCY, SERVER_ARGS, WINDOW, make_workload
+from islands_harness.main_arm import MAIN_ISLANDS_PYTHON
 from islands_harness.server import SglangServer
 
 pytestmark = pytest.mark.server
@@ -42,13 +49,16 @@ def latest_digests(log: str) -> dict[int, str]:
     return out
 
 
-def run_server(model, workload, tp: int) -> dict:
+def run_server(model, workload, tp: int, python: str | None = None) -> dict:
+    """One islands-on boot at ``tp`` (``python``: another environment's interpreter, 0.5.23)."""
     seq, conc = workload
-    env = {"SGLANG_SWA_ISLANDS_TREE_DIGEST": "1"}
+    env = ({"SGLANG_ENABLE_RANK_CONSENSUS_CHECKER": "1"} if python
+           else {"SGLANG_SWA_ISLANDS_TREE_DIGEST": "1"})
     if tp > 1:
         env["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(str(r) for r in range(tp))
     args = SERVER_ARGS + ["--enable-swa-islands", "--tp-size", str(tp)]
-    with SglangServer(model, args, env=env, omp_threads=1, boot_timeout_s=600) as srv:
+    with SglangServer(model, args, env=env, omp_threads=1, boot_timeout_s=600,
+                      python=python) as srv:
         outputs, cached, digests = {}, {}, []
         for name, ids, n, _ in seq:
             r = generate(srv.base_url, ids, n, timeout=300)
@@ -64,19 +74,34 @@ def run_server(model, workload, tp: int) -> dict:
             for name, out in pool.map(one, conc):
                 outputs[name] = out
         time.sleep(IDLE_S)
-        digests.append(latest_digests(srv.log_path.read_text(errors="replace")))
-        return {"outputs": outputs, "cached": cached, "digests": digests}
+        log = srv.log_path.read_text(errors="replace")
+        digests.append(latest_digests(log))
+        return {"outputs": outputs, "cached": cached, "digests": digests,
+                "consensus_checker": "Rank consensus checker is enabled" in log}
+
+
+def _model_and_workload():
+    import json
+
+    from islands_harness.tiny_model import build_tiny_model
+
+    path = build_tiny_model(window=WINDOW)
+    meta = json.loads((path / ".tiny_model_complete.json").read_text())
+    return path, make_workload(meta["real_vocab"])
 
 
 @pytest.fixture(scope="module")
 def runs():
-    from islands_harness.tiny_model import build_tiny_model
-    import json
-
-    path = build_tiny_model(window=WINDOW)
-    meta = json.loads((path / ".tiny_model_complete.json").read_text())
-    workload = make_workload(meta["real_vocab"])
+    path, workload = _model_and_workload()
     return {tp: run_server(path, workload, tp) for tp in (1, 2)}
+
+
+@pytest.fixture(scope="module")
+def main_runs():
+    if not MAIN_ISLANDS_PYTHON.exists():
+        pytest.skip(".venv-main-islands does not exist (scripts/setup_main.sh --islands)")
+    path, workload = _model_and_workload()
+    return {tp: run_server(path, workload, tp, str(MAIN_ISLANDS_PYTHON)) for tp in (1, 2)}
 
 
 def test_tp2_outputs_and_sequential_cached_tokens_equal_tp1(runs):
@@ -93,3 +118,11 @@ def test_tp2_ranks_agree_on_the_tree_after_every_phase(runs):
         assert set(d1) == {0}, (phase, d1)
     # sequential: the same decisions as the TP 1 server, not only between the two ranks
     assert runs[2]["digests"][0][0] == runs[1]["digests"][0][0]
+
+
+def test_main_tp2_with_the_rank_consensus_checker_equals_tp1(main_runs):
+    one, two = main_runs[1], main_runs[2]
+    assert two["consensus_checker"]  # it ran: a divergence would have stopped the server
+    assert two["outputs"] == one["outputs"]
+    assert two["cached"] == one["cached"]
+    assert sum(one["cached"].values()) > 0
