@@ -11,6 +11,13 @@ reclaim and eviction; shared prefixes, so junctions; 8 concurrent clients, so qu
   sizes) at idle points when it changed; after each phase, once both are idle, the two ranks'
   latest digests are equal, and after the sequential phase equal to the TP 1 server's.
 
+Data parallelism: one ``--dp-size 2`` boot (islands on; two schedulers, each with its own tree, the
+controller alternating requests between them) runs the same workload: every output equal to the
+TP 1 server's, hits on both DP ranks, each DP rank's digest logged, and after ``/flush_cache``
+each DP rank's tree and pools back at baseline (one node, the whole full and SWA pools free).
+The CPU server starts DP 2 without ``SGLANG_CPU_OMP_THREADS_BIND`` (with ``0|1`` it refuses:
+the binding must match the TP size, 1).
+
 On sglang 0.5.23 (``.venv-main-islands``) the tree lives in the Rust core, out of reach of the
 digest; there the same two boots run with upstream's own checker switched on
 (``SGLANG_ENABLE_RANK_CONSENSUS_CHECKER=1``: every ``@rank_consensus`` call, ``checkpoint`` with its
@@ -30,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from islands_harness.client import generate
+from islands_harness.conversations import flush_cache_when_idle
 from islands_harness.e2e_workload import CONCURRENCY, SERVER_ARGS, WINDOW, make_workload
 from islands_harness.main_arm import MAIN_ISLANDS_PYTHON
 from islands_harness.server import SglangServer
@@ -38,6 +46,8 @@ pytestmark = pytest.mark.server
 
 # "[time TP1] SWA islands ..." under TP 2; "[time] SWA islands ..." on a TP 1 server (rank 0)
 DIGEST = re.compile(r"^\[[^\]]*?(?: TP(\d+))?\] SWA islands tree digest: (\w+) ", re.M)
+# "[time DP1] SWA islands tree digest: SHA nodes=... swa_free=N" under --dp-size 2
+DP_DIGEST = re.compile(r"^\[[^\]]*? DP(\d+)(?: TP\d+)?\] SWA islands tree digest: (\w+) (.*)$", re.M)
 IDLE_S = 4.0  # both ranks pass an idle point and log a changed digest well within this
 
 
@@ -49,14 +59,20 @@ def latest_digests(log: str) -> dict[int, str]:
     return out
 
 
-def run_server(model, workload, tp: int, python: str | None = None) -> dict:
-    """One islands-on boot at ``tp`` (``python``: another environment's interpreter, 0.5.23)."""
+def latest_dp_digests(log: str) -> dict[int, tuple[str, str]]:
+    """The latest digest each DP rank logged: {dp rank: (sha256_16, totals)}."""
+    return {int(m.group(1)): (m.group(2), m.group(3).strip()) for m in DP_DIGEST.finditer(log)}
+
+
+def run_server(model, workload, tp: int, python: str | None = None, dp: int = 1) -> dict:
+    """One islands-on boot at ``tp`` x ``dp`` (``python``: another environment's interpreter,
+    0.5.23)."""
     seq, conc = workload
     env = ({"SGLANG_ENABLE_RANK_CONSENSUS_CHECKER": "1"} if python
            else {"SGLANG_SWA_ISLANDS_TREE_DIGEST": "1"})
     if tp > 1:
         env["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(str(r) for r in range(tp))
-    args = SERVER_ARGS + ["--enable-swa-islands", "--tp-size", str(tp)]
+    args = SERVER_ARGS + ["--enable-swa-islands", "--tp-size", str(tp), "--dp-size", str(dp)]
     with SglangServer(model, args, env=env, omp_threads=1, boot_timeout_s=600,
                       python=python) as srv:
         outputs, cached, digests = {}, {}, []
@@ -76,7 +92,13 @@ def run_server(model, workload, tp: int, python: str | None = None) -> dict:
         time.sleep(IDLE_S)
         log = srv.log_path.read_text(errors="replace")
         digests.append(latest_digests(log))
+        flushed = None
+        if dp > 1:
+            flush_cache_when_idle(srv)
+            time.sleep(IDLE_S)
+            flushed = latest_dp_digests(srv.log_path.read_text(errors="replace"))
         return {"outputs": outputs, "cached": cached, "digests": digests,
+                "dp_before_flush": latest_dp_digests(log), "dp_flushed": flushed,
                 "consensus_checker": "Rank consensus checker is enabled" in log}
 
 
@@ -94,6 +116,12 @@ def _model_and_workload():
 def runs():
     path, workload = _model_and_workload()
     return {tp: run_server(path, workload, tp) for tp in (1, 2)}
+
+
+@pytest.fixture(scope="module")
+def dp_run():
+    path, workload = _model_and_workload()
+    return run_server(path, workload, 1, dp=2)
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +154,14 @@ def test_main_tp2_with_the_rank_consensus_checker_equals_tp1(main_runs):
     assert two["outputs"] == one["outputs"]
     assert two["cached"] == one["cached"]
     assert sum(one["cached"].values()) > 0
+
+
+def test_dp2_outputs_equal_tp1_and_each_dp_rank_returns_to_baseline(runs, dp_run):
+    assert dp_run["outputs"] == runs[1]["outputs"]
+    assert sum(dp_run["cached"].values()) > 0
+    before, after = dp_run["dp_before_flush"], dp_run["dp_flushed"]
+    assert set(before) == set(after) == {0, 1}, (before, after)
+    for rank in (0, 1):
+        assert "nodes=1 " not in before[rank][1], before  # each rank served and cached
+        assert after[rank][1] == ("nodes=1 tombstones=0 full_locked=0 swa_locked=0 "
+                                  "full_free=4096 swa_free=1024"), (rank, after)
