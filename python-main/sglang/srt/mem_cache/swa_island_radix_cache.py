@@ -92,7 +92,7 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         self._island_window = (self.swa_retain_window or 0) + 1
         # Whether decode islands run at all (an SWA tree that is not disabled).
         self._islands_active = self.is_swa_enabled and not self.disable
-        if self.is_swa_enabled and not self.disable:
+        if self._islands_active:
             check_swa_island_pool(self, params.chunked_prefill_size)
 
     # ---- reclaim --------------------------------------------------------------------------------
