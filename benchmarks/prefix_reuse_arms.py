@@ -30,14 +30,17 @@ ARMS: Dict[str, Dict[str, Any]] = {
     "main_islands": {"args": ("--enable-swa-islands",), "env": {}, "main_islands": True},
     "main_islands_auto": {"args": ("--enable-swa-islands", "--swa-islands-reclaim", "auto"),
                           "env": {}, "main_islands": True},
+    "main_islands_window": {"args": ("--enable-swa-islands", "--swa-islands-eviction", "window"),
+                            "env": {}, "main_islands": True},
 }
 """``main``: stock sglang 0.5.23 (``islands_harness.main_arm``), default settings; ``main_knobs``:
 the same with main's two off-by-default SWA knobs (``MAIN_KNOBS_ENV``), ``main_free_off`` /
 ``main_release_prefill`` one of them each; ``main_islands``: 0.5.23 with the main islands series
 (`.venv-main-islands`) and ``--enable-swa-islands`` (``main_islands_auto``: with
-``--swa-islands-reclaim auto``). Each runs when named in --arms."""
+``--swa-islands-reclaim auto``; ``main_islands_window``: with ``--swa-islands-eviction window``,
+the window-aware SWA eviction order on the Python tree core). Each runs when named in --arms."""
 MAIN_ARMS = ("main", "main_knobs", "main_free_off", "main_release_prefill", "main_islands",
-             "main_islands_auto")
+             "main_islands_auto", "main_islands_window")
 """The arms on sglang 0.5.23."""
 DEFAULT_ARMS = ("upstream", "upstream_knobs", "islands_eager", "islands")
 """The issue's four arms; ``islands_auto`` (eager below the watermark) runs when named in --arms."""

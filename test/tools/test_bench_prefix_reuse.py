@@ -150,6 +150,10 @@ def test_main_acceptance_takes_the_better_main_arm_with_one_page_per_request():
     [c] = acceptance_main(arms, page=1, pools=["0.10-eq"], classes=["fanout"])
     assert c["pass"] is False
     assert acceptance_main({"main": arms["main"]}, page=1) == []  # main_islands not run
+    arms["main_islands_window"] = {"0.10-eq": {"fanout": _rec(795, requests=10)}}
+    checks = acceptance_main(arms, page=1, pools=["0.10-eq"], classes=["fanout"])
+    assert [(c["criterion"].split()[0], c["pass"]) for c in checks] == [
+        ("main_islands", False), ("main_islands_window", True)]
 
 
 def test_main_arms_take_their_environments():

@@ -15,7 +15,7 @@ import os
 from typing import Any, Mapping, Optional
 
 from sglang.srt.arg_groups.overrides import resolving_view
-from sglang.srt.mem_cache.swa_island_formulas import RECLAIM_POLICIES
+from sglang.srt.mem_cache.swa_island_formulas import EVICTION_ORDERS, RECLAIM_POLICIES
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +78,10 @@ def handle_swa_islands(server_args: Any, environ: Optional[Mapping[str, str]] = 
     cfg = resolving_view(server_args)
     if not cfg.enable_swa_islands:
         if (cfg.swa_islands_decode_interval is not None
-                or cfg.swa_islands_reclaim != _defaults["swa_islands_reclaim"]):
-            logger.warning("--swa-islands-decode-interval and --swa-islands-reclaim take effect "
-                           "only with %s; ignored.", FLAG)
+                or cfg.swa_islands_reclaim != _defaults["swa_islands_reclaim"]
+                or cfg.swa_islands_eviction != _defaults["swa_islands_eviction"]):
+            logger.warning("--swa-islands-decode-interval, --swa-islands-reclaim and "
+                           "--swa-islands-eviction take effect only with %s; ignored.", FLAG)
         return
     reason = swa_islands_conflict(cfg, os.environ if environ is None else environ)
     if reason is not None:
@@ -88,6 +89,9 @@ def handle_swa_islands(server_args: Any, environ: Optional[Mapping[str, str]] = 
     if cfg.swa_islands_reclaim not in RECLAIM_POLICIES:
         raise ValueError(f"--swa-islands-reclaim must be one of {', '.join(RECLAIM_POLICIES)}, "
                          f"got {cfg.swa_islands_reclaim!r}.")
+    if cfg.swa_islands_eviction not in EVICTION_ORDERS:
+        raise ValueError(f"--swa-islands-eviction must be one of {', '.join(EVICTION_ORDERS)}, "
+                         f"got {cfg.swa_islands_eviction!r}.")
     interval = cfg.swa_islands_decode_interval
     if interval is not None and interval < 1:
         raise ValueError(f"--swa-islands-decode-interval must be at least 1 token, got {interval}.")

@@ -4,8 +4,9 @@
 The island cache of the 0.5.23 target: a ``UnifiedRadixCache`` subclass that the registry builds
 under ``--enable-swa-islands`` (``create_unified_radix_cache(ctx, cache_class=...)``). Islands
 live in the controller only: they go through what both tree cores answer (``checkpoint``,
-``lock`` / ``release_swa``, ``evict``), never a ``TreeComponent`` override (which would force the
-Python core), so the default Rust core and the Python core behave alike. Vocabulary and formulas:
+``lock`` / ``release_swa``, ``evict``), so the default Rust core and the Python core behave alike;
+only the opt-in eviction order ``window`` overrides a ``TreeComponent`` (and so runs on the Python
+core). Vocabulary and formulas:
 ``swa_island_formulas`` (shared with the 0.5.15 target).
 
 - computed length ``L`` of a running request: ``len(origin_input_ids) + len(output_ids) - 1``
@@ -40,6 +41,10 @@ Python core), so the default Rust core and the Python core behave alike. Vocabul
   request live (``lazy_reclaim_fits``: main's single SWA LRU list evicts a lazily kept chunk
   under pressure and the window at its end with it, as measured at the lean pools), and
   elsewhere while the free SWA pool is below ``reclaim_watermark`` (one prefill chunk).
+- eviction order (``--swa-islands-eviction``): ``lru`` (default) keeps upstream's SWA walk on
+  either tree core; ``window`` swaps in ``SWAIslandComponent`` (cold SWA before retention windows
+  before the rest, ``unified_cache.components.swa_island``) through upstream's
+  ``component_registry_override``, which selects the Python tree core.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from typing import TYPE_CHECKING
 
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.swa_island_formulas import (
+    EVICTION_ORDERS,
     RECLAIM_POLICIES,
     decode_island_due,
     decode_island_interval,
@@ -56,6 +62,8 @@ from sglang.srt.mem_cache.swa_island_formulas import (
     reclaim_watermark,
 )
 from sglang.srt.mem_cache.swa_island_guard import check_swa_island_pool
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.mem_cache.unified_cache.components.swa_island import SWAIslandComponent
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
 if TYPE_CHECKING:
@@ -75,6 +83,16 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         if params.swa_islands_reclaim not in RECLAIM_POLICIES:
             raise ValueError(f"swa_islands_reclaim must be one of {RECLAIM_POLICIES}, "
                              f"got {params.swa_islands_reclaim!r}")
+        if params.swa_islands_eviction not in EVICTION_ORDERS:
+            raise ValueError(f"swa_islands_eviction must be one of {EVICTION_ORDERS}, "
+                             f"got {params.swa_islands_eviction!r}")
+        if params.swa_islands_eviction == "window" and ComponentType.SWA in (
+                params.tree_components or ()):
+            # Upstream's extension point for a component; it selects the Python tree core.
+            params.component_registry_override = {
+                **(params.component_registry_override or {}),
+                ComponentType.SWA: SWAIslandComponent,
+            }
         super().__init__(params)
         self.swa_islands_reclaim = params.swa_islands_reclaim
         # Computed decode tokens between two decode islands: cp / 4 unless overridden.

@@ -49,17 +49,12 @@ import heapq
 import weakref
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from sglang.srt.mem_cache.swa_island_formulas import CLASSES, COLD, QUEUED, RETENTION, WINDOW  # noqa: F401
 from sglang.srt.mem_cache.swa_radix_cache import LRUList, TreeNode
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
 
-COLD, RETENTION, WINDOW, QUEUED = 0, 1, 2, 3
-"""Eviction classes, in the order passes give them up. COLD: not known to be covered by any kept
-window (the first pass takes it, or finds its cover and files it higher). RETENTION: covered only
-by retention points' windows. WINDOW: by another match end's window. QUEUED: by a queued hit's."""
-
-CLASSES = (COLD, RETENTION, WINDOW, QUEUED)
 
 
 class StampedLRUList(LRUList):

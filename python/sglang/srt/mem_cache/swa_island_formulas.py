@@ -42,6 +42,19 @@ from typing import Optional
 RECLAIM_POLICIES = ("lazy", "eager", "auto")
 """``--swa-islands-reclaim`` choices; the first is the default (``ServerArgs``, ``CacheInitParams``)."""
 
+EVICTION_ORDERS = ("lru", "window")
+"""``--swa-islands-eviction`` choices on the 0.5.23 target; the first is the default: ``lru`` is
+upstream's SWA walk (either tree core), ``window`` gives SWA up by class (Python tree core)."""
+
+COLD, RETENTION, WINDOW, QUEUED = 0, 1, 2, 3
+"""Eviction classes, in the order passes give them up. COLD: not known to be covered by any kept
+window (the first pass takes it, or finds its cover and files it higher). RETENTION: covered only
+by retention points' windows. WINDOW: by another match end's window. QUEUED: by a queued hit's."""
+
+CLASSES = (COLD, RETENTION, WINDOW, QUEUED)
+"""Both targets' eviction passes run over these, in this order (0.5.15: ``swa_island_eviction``;
+0.5.23: ``unified_cache.components.swa_island``)."""
+
 DEFAULT_DECODE_ISLAND_INTERVAL = 2048
 """Decode tokens between decode islands when chunked prefill is off (``cp/4`` of 8192)."""
 

@@ -130,6 +130,12 @@ class TestSwaIslandsRefusals(unittest.TestCase):
         handle_swa_islands(args(enable_swa_islands=True, swa_islands_decode_interval=1),
                            environ={})
 
+    def test_an_unknown_eviction_order_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "--swa-islands-eviction must be one of lru, window"):
+            handle_swa_islands(args(enable_swa_islands=True, swa_islands_eviction="fifo"),
+                               environ={})
+        handle_swa_islands(args(enable_swa_islands=True, swa_islands_eviction="window"), environ={})
+
     def test_without_the_flag_nothing_is_refused(self):
         for overrides, _ in UNSUPPORTED:
             with self.subTest(overrides=overrides):
@@ -141,7 +147,7 @@ class TestSwaIslandsRefusals(unittest.TestCase):
 
     def test_island_settings_without_the_flag_only_warn(self):
         for overrides in ({"swa_islands_reclaim": "eager"}, {"swa_islands_reclaim": "lazy"},
-                          {"swa_islands_decode_interval": 0}):
+                          {"swa_islands_decode_interval": 0}, {"swa_islands_eviction": "window"}):
             with self.subTest(overrides=overrides):
                 with self.assertLogs("sglang.srt.arg_groups.swa_islands_hook", "WARNING") as logs:
                     handle_swa_islands(args(**overrides), environ={})

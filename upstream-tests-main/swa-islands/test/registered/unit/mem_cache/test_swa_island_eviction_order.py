@@ -1,0 +1,147 @@
+"""Window-aware SWA eviction on sglang 0.5.23's Python tree core (``SWAIslandComponent``), against
+upstream's ``SWAComponent`` on the same core and the same tree.
+
+A 192-token prompt committed in three 64-token chunks with reclaim ``lazy`` (nothing freed at the
+commits), then aborted: the tree keeps ``[0,33) [33,64) [64,97) [97,128) [128,161) [161,192)``
+(upstream caps each new leaf at one window, 31 tokens, so each chunk splits there), all SWA live.
+The chunk ends 64 and 128 are retention points, 192 a leaf. Cold SWA: ``[0,33)``, ``[64,97)``,
+``[128,161)`` (99 tokens), no window of a match end needs it.
+
+- evicting up to the cold SWA keeps every chunk end matchable; upstream's LRU walk loses the
+  first chunk end;
+- past the cold SWA, retention windows go least recently used first and the leaf's window last;
+  a match that ended at a retention point lifts it to a match end's window, kept longer;
+- the class of a node reads the window below it (a junction or a leaf is a window);
+- after everything is evicted the pools are back at baseline.
+"""
+
+import unittest
+
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+from sglang.srt.mem_cache.swa_island_formulas import COLD, RETENTION, WINDOW
+from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
+from sglang.srt.mem_cache.unified_cache.components import ComponentType
+from sglang.srt.mem_cache.unified_cache.components.swa import SWAComponent
+from sglang.srt.mem_cache.unified_cache.components.swa_island import SWAIslandComponent
+from sglang.test.ci.ci_register import register_cpu_ci
+from swa_islands_stack import build_params, commit_chunk, make_prefilling_req, match_prefix, release
+
+register_cpu_ci(est_time=5, suite="base-a-test-cpu")
+
+CHUNK, CHUNKS, KV = 64, 3, 512
+PROMPT = list(range(10, 10 + CHUNK * CHUNKS))
+COLD_TOKENS = 3 * 33
+
+
+def hit_at(cache, end: int) -> int:
+    """Tokens a request that shares the prompt up to ``end`` and then diverges hits."""
+    return match_prefix(cache, PROMPT[:end] + [7]).device_prefix_len
+
+
+class TestSWAIslandEvictionOrder(unittest.TestCase):
+    def build(self, component=SWAIslandComponent):
+        params = build_params(
+            max_num_reqs=4, kv_size=KV, tree_core_backend="python", enable_swa_islands=True,
+            swa_islands_reclaim="lazy", chunked_prefill_size=CHUNK,
+            component_registry_override={ComponentType.SWA: component})
+        cache = SWAIslandUnifiedRadixCache(params)
+        self.assertIs(type(cache.components[ComponentType.SWA]), component)
+        req = make_prefilling_req(cache, PROMPT)
+        for k in range(1, CHUNKS + 1):
+            commit_chunk(cache, req, k * CHUNK)
+        release(cache, req, "abort")
+        self.assertEqual(cache.swa_protected_size(), 0)
+        self.assertEqual(cache.swa_evictable_size(), len(PROMPT))
+        return cache
+
+    def nodes(self, cache):
+        """The prompt's path, root first, as (start, end) spans with their nodes."""
+        out, node, start = [], cache.tree_core.root_node, 0
+        while start < len(PROMPT):
+            node = next((child for child in node.children.values()
+                         if child.key.token_ids[0] == PROMPT[start]), None)
+            if node is None:
+                break
+            out.append(((start, start + len(node.key)), node))
+            start += len(node.key)
+        return out
+
+    def evict_swa(self, cache, tokens):
+        cache.evict(EvictParams(num_tokens=0, swa_num_tokens=tokens))
+
+    def test_the_tree_and_its_classes(self):
+        cache = self.build()
+        swa = cache.components[ComponentType.SWA]
+        spans = [(span, swa.eviction_class(node)) for span, node in self.nodes(cache)]
+        self.assertEqual(spans, [((0, 33), COLD), ((33, 64), RETENTION), ((64, 97), COLD),
+                                 ((97, 128), RETENTION), ((128, 161), COLD),
+                                 ((161, 192), WINDOW)])
+
+    def test_cold_swa_goes_first_and_every_chunk_end_stays_matchable(self):
+        for component, hits in ((SWAComponent, (0, 128, 192)),
+                                (SWAIslandComponent, (64, 128, 192))):
+            with self.subTest(component=component.__name__):
+                cache = self.build(component)
+                self.evict_swa(cache, 60)
+                self.assertEqual(tuple(hit_at(cache, end) for end in (64, 128, 192)), hits)
+
+        cache = self.build()
+        self.evict_swa(cache, COLD_TOKENS)
+        self.assertEqual(cache.swa_evictable_size(), len(PROMPT) - COLD_TOKENS)
+        live = [span for span, node in self.nodes(cache)
+                if node.component_data[ComponentType.SWA].value is not None]
+        self.assertEqual(live, [(33, 64), (97, 128), (161, 192)])
+        self.assertEqual([hit_at(cache, end) for end in (64, 128, 192)], [64, 128, 192])
+
+    def test_past_the_cold_swa_retention_windows_go_before_the_leaf(self):
+        cache = self.build()
+        self.evict_swa(cache, COLD_TOKENS + 1)  # one retention window: the least recently used
+        self.assertEqual([hit_at(cache, end) for end in (64, 128, 192)], [0, 128, 192])
+        self.evict_swa(cache, 31)
+        self.assertEqual([hit_at(cache, end) for end in (64, 128, 192)], [0, 0, 192])
+
+    def test_a_match_end_outlasts_the_retention_windows(self):
+        cache = self.build()
+        self.assertEqual(hit_at(cache, 64), 64)  # a request matched up to the first chunk end
+        again = make_prefilling_req(cache, PROMPT[:128], rid="again")
+        commit_chunk(cache, again, 128)  # an insert ends at 128 later: its window is the MRU
+        release(cache, again, "abort")
+        self.evict_swa(cache, COLD_TOKENS + 1)  # the window at 128 goes: 128 falls back to 64
+        self.assertEqual([hit_at(cache, end) for end in (64, 128, 192)], [64, 64, 192])
+
+    def test_a_junction_is_a_window(self):
+        cache = self.build()
+        branch = make_prefilling_req(cache, PROMPT[:80] + [5] * 40, rid="b")
+        commit_chunk(cache, branch, CHUNK)  # shares the tree's first chunk
+        commit_chunk(cache, branch, 120)  # splits [64,97) at 80: a junction
+        release(cache, branch, "abort")
+        swa = cache.components[ComponentType.SWA]
+        classes = {span: swa.eviction_class(node) for span, node in self.nodes(cache)}
+        self.assertEqual(classes[(64, 80)], WINDOW)
+
+    def test_the_setting_picks_the_component_and_window_runs_on_the_python_core(self):
+        for order, backend, component, core in (("lru", "rust", SWAComponent, "rust"),
+                                                 ("lru", "python", SWAComponent, "python"),
+                                                 ("window", "rust", SWAIslandComponent, "python")):
+            with self.subTest(order=order, backend=backend):
+                cache = SWAIslandUnifiedRadixCache(build_params(
+                    kv_size=KV, tree_core_backend=backend, enable_swa_islands=True,
+                    chunked_prefill_size=CHUNK, swa_islands_eviction=order))
+                self.assertIs(type(cache.components[ComponentType.SWA]), component)
+                self.assertEqual(cache._tree_core_backend, core)
+        with self.assertRaisesRegex(ValueError, "swa_islands_eviction must be one of"):
+            SWAIslandUnifiedRadixCache(build_params(
+                kv_size=KV, enable_swa_islands=True, swa_islands_eviction="fifo"))
+
+    def test_pools_are_back_at_baseline_after_everything_is_evicted(self):
+        cache = self.build()
+        allocator = cache.token_to_kv_pool_allocator
+        self.evict_swa(cache, COLD_TOKENS + 1)
+        cache.evict(EvictParams(num_tokens=KV, swa_num_tokens=KV))
+        self.assertEqual((cache.full_evictable_size(), cache.swa_evictable_size()), (0, 0))
+        self.assertEqual((allocator.full_available_size(), allocator.swa_available_size()),
+                         (allocator.size_full, allocator.size_swa))
+
+
+if __name__ == "__main__":
+    unittest.main()
