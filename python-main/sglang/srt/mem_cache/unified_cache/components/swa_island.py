@@ -24,9 +24,11 @@ marks. A live node ``x`` is in the window of a match end ``e`` below it when the
 category of such ``e`` (``COLD`` when none). Tombstoning a cold node never changes another node's
 class: every end whose window it could cut is ``>= w`` tokens below it.
 
-Cost: a class costs at most ``w / p`` node steps; the walk skips the protected nodes it
-meets in the LRU list, so one eviction call is O(nodes it skips + nodes it takes). Sessions
-(``enable_session_radix_cache``) keep upstream's partitioned walk.
+Cost: a class costs at most ``w / p`` node steps; each eviction call walks from the LRU tail and
+skips the protected nodes it meets, so it is O(protected nodes older than its victims + nodes it
+takes): not indexed, every call walks the protected windows again once the cold SWA is gone
+(``benchmarks/results/cache_cost_main.md``). Sessions (``enable_session_radix_cache``) keep
+upstream's partitioned walk.
 """
 
 from __future__ import annotations

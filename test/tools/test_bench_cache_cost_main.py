@@ -1,0 +1,48 @@
+"""benchmarks/cache_cost_main.py (sglang 0.5.23, both tree cores) at a toy size: every arm builds
+its cache on the core it names, times every operation, and the table pairs each island arm with
+stock main on the same core.
+
+Runs in ``.venv-main-islands`` (``scripts/setup_main.sh --islands``); skipped, with the reason,
+where it is missing. About 20 seconds.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, os.path.join(str(_ROOT), "benchmarks"))
+
+import swa_hold_target_main  # noqa: E402
+
+MISSING = swa_hold_target_main.missing_envs(arms=("main_islands",), root=str(_ROOT))
+pytestmark = pytest.mark.skipif(
+    bool(MISSING), reason="no .venv-main-islands (build it with scripts/setup_main.sh --islands)")
+
+ARMS = ["main_rust", "main_python", "islands_rust", "islands_window"]
+OPS = {"match_continue", "match_diverge", "commit_chunk", "decode_hook", "finish",
+       "evict_64_first", "evict_64_late"}
+
+
+def test_toy_run_times_every_operation_of_every_arm(tmp_path):
+    py = swa_hold_target_main.venv_python("main_islands", str(_ROOT))
+    out = tmp_path / "cc"
+    subprocess.run([py, str(_ROOT / "benchmarks" / "cache_cost_main.py"), "--clients", "8",
+                    "--samples", "5", "--out", str(out)], check=True, cwd=_ROOT, timeout=600)
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert [r["arm"] for r in result["rows"]] == ARMS
+    for r in result["rows"]:
+        assert set(r["median_us"]) == OPS and all(v > 0 for v in r["median_us"].values()), r
+        assert r["n"]["evict_64_first"] == r["n"]["evict_64_late"] == 16
+        assert r["n"]["commit_chunk"] >= 32 and r["n"]["decode_hook"] == 32 * 8
+    live = {r["arm"]: r["live_swa_before_evict"] for r in result["rows"]}
+    # the same cache on both cores; islands keep more SWA live than main's commit-time free
+    assert live["main_rust"] == live["main_python"] < live["islands_rust"] == live["islands_window"]
+    md = out.with_suffix(".md").read_text()
+    assert "| op | clients | `main_rust` | `main_python` | `islands_rust` | `islands_window` | " \
+           "islands_rust / main_rust | islands_window / main_python | main_python / main_rust |" in md
+    assert "| evict_64_late | 8 |" in md
