@@ -38,6 +38,7 @@ if [ "${1:-}" = --quick ]; then
     test/tools/test_patches_export.py
     test/tools/test_patches_export_main.py
     test/tools/test_bench_swa_hold_main.py
+    test/tools/test_bench_cache_cost_main.py
   )
   QUICK_SKIP=(
     "test/tools/test_patches_main.py::test_fix_regression_test_fails_on_pristine_and_passes_with_the_fix"

@@ -2,11 +2,11 @@
 """Window-aware SWA eviction for the 0.5.23 island cache (Python tree core).
 
 ``SWAIslandComponent`` is upstream's ``SWAComponent`` with one change: its device eviction gives
-SWA up by eviction class (``swa_island_formulas.CLASSES``) instead of one LRU walk. Pass
-``COLD`` takes, least recently used first, the live SWA no kept window needs; pass ``RETENTION``
-then also the windows of retention points only; pass ``WINDOW`` is upstream's walk (everything,
-LRU order). So while cold SWA remains no window that ends a match point is tombstoned (no
-cliff), and retention windows go before the windows requests matched.
+SWA up by eviction class (``swa_island_formulas.CLASSES``) instead of one LRU walk. Every step
+takes cold SWA (no kept window needs it), oldest first, while there is any; then the windows of
+retention points only; then upstream's walk (everything, LRU order). So while cold SWA remains no
+window that ends a match point is tombstoned (no cliff), and retention windows go before the
+windows requests matched.
 
 Match ends (units: tokens; ``w`` = the retained window ``sliding_window_size``, the contiguous live
 SWA upstream's match validator needs behind a match end; ``p`` = the page):
@@ -24,20 +24,32 @@ marks. A live node ``x`` is in the window of a match end ``e`` below it when the
 category of such ``e`` (``COLD`` when none). Tombstoning a cold node never changes another node's
 class: every end whose window it could cut is ``>= w`` tokens below it.
 
-Cost: a class costs at most ``w / p`` node steps; each eviction call walks from the LRU tail and
-skips the protected nodes it meets, so it is O(protected nodes older than its victims + nodes it
-takes): not indexed, every call walks the protected windows again once the cold SWA is gone
-(``benchmarks/results/cache_cost_main.md``). Sessions (``enable_session_radix_cache``) keep
-upstream's partitioned walk.
+Index (what keeps an eviction O(its own work)): the live nodes a pass may take wait as
+*candidates*, per class, in the order they were filed (:data:`COLD`: every node the SWA LRU list
+adds, an insert or a move to its most recently used end, ``CandidateLRUList``; :data:`RETENTION`:
+those a ``COLD`` pass met and found covered only by retention points). A pass pops its candidates
+oldest first and computes each one's class (at most ``w / p`` node steps): one of its class is the
+victim, a retention node moves to the ``RETENTION`` candidates, a better covered or locked one is
+dropped. Invariant: every live, unlocked node of class
+``COLD`` is a ``COLD`` candidate, and every one of class ``RETENTION`` a candidate of either
+class. What can lower a node's class or free it files it again: a device eviction or deletion of
+a node files the live nodes up to ``w`` above it (their cover may have run through it,
+``_file_above``), so does a new leaf (its parent may have
+been a leaf), and an SWA lock release files the nodes it unlocked (``_file_unlocked``). Each filing is popped at most once, so a pass costs what the
+inserts, moves, unlocks and evictions since the last one filed. Sessions
+(``enable_session_radix_cache``) keep upstream's partitioned walk.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import weakref
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Optional
 
 from sglang.srt.mem_cache.swa_island_formulas import COLD, RETENTION, WINDOW
-from sglang.srt.mem_cache.unified_cache.components.base import LRURefreshPhase
+from sglang.srt.mem_cache.unified_cache.components.base import EvictLayer, LRURefreshPhase
 from sglang.srt.mem_cache.unified_cache.components.swa import SWAComponent
+from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedLRUList
 
 if TYPE_CHECKING:
     from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeNode
@@ -45,8 +57,19 @@ if TYPE_CHECKING:
 MATCH_END_KEY = "island_match_end"
 """SWA ``metadata`` key of a match-end stamp: the end's category (``RETENTION`` or ``WINDOW``)."""
 
-LAST_PASS = WINDOW
-"""The pass that meets every class: upstream's own LRU walk."""
+class CandidateLRUList(UnifiedLRUList):
+    """Upstream's device LRU list that tells ``on_add`` every node it adds (``insert_mru``,
+    ``insert_after``, the moves of ``reset_*_mru``); its walk-cursor sentinels are not nodes of
+    the list and are not told."""
+
+    def __init__(self, component_type, component_types, *, on_add, is_referenced=None):
+        super().__init__(component_type, component_types, is_referenced=is_referenced)
+        self._on_add = on_add
+
+    def _add_node_after(self, prev_node, new_node) -> None:
+        super()._add_node_after(prev_node, new_node)
+        if new_node.id in self.cache:
+            self._on_add(new_node)
 
 
 class SWAIslandComponent(SWAComponent):
@@ -57,7 +80,29 @@ class SWAIslandComponent(SWAComponent):
         super().__init__(cache, params)
         # Tokens of contiguous live SWA a match end needs behind it (upstream's match validator).
         self.window_span = self.sliding_window_size
-        self._evict_pass = COLD
+        self._walk_cursor = None
+        self._candidates = self._no_candidates()
+
+    @staticmethod
+    def _no_candidates() -> dict:
+        """Per class a queue of node id -> weak reference, oldest filing first."""
+        return {COLD: OrderedDict(), RETENTION: OrderedDict()}
+
+    def make_device_lru_list(self, component_types, is_referenced=None) -> UnifiedLRUList:
+        """The tree core's SWA device list (at every reset): a ``CandidateLRUList`` filing what it
+        adds as ``COLD`` candidates; the candidates start over with it."""
+        self._candidates = self._no_candidates()
+        return CandidateLRUList(self.component_type, component_types,
+                                on_add=self._file_cold, is_referenced=is_referenced)
+
+    def _file(self, cls: int, node) -> None:
+        """File ``node`` as the newest candidate of ``cls``."""
+        queue = self._candidates[cls]
+        queue.pop(node.id, None)
+        queue[node.id] = weakref.ref(node)
+
+    def _file_cold(self, node) -> None:
+        self._file(COLD, node)
 
     # ---- match ends -----------------------------------------------------------------------------
 
@@ -95,24 +140,118 @@ class SWAIslandComponent(SWAComponent):
 
     def _evict_device_start(self, request_cnt: int) -> None:
         super()._evict_device_start(request_cnt)
-        self._evict_pass = COLD
+        self._walk_cursor = None  # upstream's walk of this call: not started
 
     def _evict_device_next_node(self, tracker, device_frees, host_frees, cache_actions):
-        """Point upstream's cursor at the least recently used node of a class the current pass
-        takes (the next pass restarts at the LRU tail), then take one upstream step there."""
-        if not self.tree_core.enable_session_radix_cache:
-            self._evict_device_cursor = self._next_victim(self._evict_device_cursor)
-        return super()._evict_device_next_node(tracker, device_frees, host_frees, cache_actions)
-
-    def _next_victim(self, cursor):
+        """One upstream step at the next victim: the oldest ``COLD`` candidate of class ``COLD``,
+        else the oldest ``RETENTION`` candidate of class ``RETENTION``, else upstream's own walk
+        from the LRU tail (resumed where this call's last walk step left it). Candidates come
+        first at every step, so what a window's eviction uncovers goes before the next window."""
+        if (self.tree_core.enable_session_radix_cache
+                or tracker[self.component_type] >= self._evict_device_request_cnt):
+            return super()._evict_device_next_node(tracker, device_frees, host_frees,
+                                                   cache_actions)
+        # a candidate victim is an internal node (leaves are WINDOW): upstream's step tombstones it
+        victim = self._pop_candidate(COLD) or self._pop_candidate(RETENTION)
+        if victim is not None:
+            self._evict_device_cursor = victim
+            return super()._evict_device_next_node(tracker, device_frees, host_frees,
+                                                   cache_actions)
         lru = self.tree_core.lru_lists[self.component_type]
-        if cursor is not None and not lru.in_list(cursor):
-            cursor = None
-        while True:
-            node = cursor if cursor is not None else lru.get_lru_no_lock()
-            while node is not None and self.eviction_class(node) > self._evict_pass:
-                node = lru.get_prev_no_lock(node)
-            if node is not None or self._evict_pass >= LAST_PASS:
+        self._evict_device_cursor = (self._walk_cursor if self._walk_cursor is not None
+                                     else lru.get_lru_no_lock())
+        out = super()._evict_device_next_node(tracker, device_frees, host_frees, cache_actions)
+        self._walk_cursor = self._evict_device_cursor
+        return out
+
+    def _pop_candidate(self, cls: int) -> Optional["UnifiedTreeNode"]:
+        """The oldest candidate of ``cls`` whose class is at most ``cls``; the candidates met
+        before it are refiled (``RETENTION``) or dropped (covered better, locked, gone)."""
+        ct, queue = self.component_type, self._candidates[cls]
+        lru = self.tree_core.lru_lists[ct]
+        while queue:
+            _, ref = queue.popitem(last=False)
+            node = ref()
+            if node is None or not lru.in_list(node) or node.component_data[ct].lock_ref > 0:
+                continue  # gone, or locked: an unlock files it again
+            node_class = self.eviction_class(node)
+            if node_class <= cls:
                 return node
-            self._evict_pass += 1
-            cursor = None
+            if node_class == RETENTION:
+                self._file(RETENTION, node)
+        return None
+
+    # ---- what can lower a class: evictions and unlocks file their neighbourhood ------------------
+
+    def evict_component(self, node, device_frees, host_frees, cache_actions,
+                        target=EvictLayer.DEVICE):
+        out = super().evict_component(node, device_frees, host_frees, cache_actions, target=target)
+        if EvictLayer.DEVICE in target:
+            self._file_above(node)
+        return out
+
+    def _file_above(self, node) -> None:
+        """File the live nodes up to ``w`` tokens above ``node`` as ``COLD`` candidates: ``node``
+        lost its SWA (or is being deleted), so their windows may have run through it, and a parent
+        may stop being a junction. A tombstone ends the walk: no window runs through it, and with
+        Full KV on the device (no host tier under islands) upstream never deletes it with
+        ``node``."""
+        ct, root = self.component_type, self.tree_core.root_node
+        lru = self.tree_core.lru_lists[ct]
+        live, cur = 0, node.parent
+        while (cur is not None and cur is not root and live < self.window_span
+               and cur.component_data[ct].value is not None):
+            if lru.in_list(cur):
+                self._file(COLD, cur)
+            live += len(cur.key)
+            cur = cur.parent
+
+    def commit_insert_component_data(self, node, is_new_leaf, params, result,
+                                     cache_actions) -> None:
+        if is_new_leaf:
+            # its parent may have been a leaf, a match end by being one; before upstream's commit,
+            # which may split the new leaf under a parent whose SWA is stamped later
+            self._file_above(node)
+        super().commit_insert_component_data(node, is_new_leaf, params, result, cache_actions)
+
+    def release_component_lock(self, node, params, lock_host: bool = False) -> None:
+        super().release_component_lock(node, params, lock_host)
+        if not lock_host:
+            self._file_unlocked(node)
+
+    def release_window_lock(self, node, swa_uuid_for_lock, device_frees, host_frees,
+                            cache_actions) -> None:
+        super().release_window_lock(node, swa_uuid_for_lock, device_frees, host_frees,
+                                    cache_actions)
+        self._file_unlocked(node)
+
+    def _file_unlocked(self, node) -> None:
+        """File the nodes an SWA lock release at ``node`` may have unlocked (the lock's segment:
+        up to one window and a page above ``node``) as ``COLD`` candidates."""
+        ct, root = self.component_type, self.tree_core.root_node
+        lru = self.tree_core.lru_lists[ct]
+        covered, cur = 0, node
+        span = self.window_span + self.tree_core.page_size
+        while cur is not None and cur is not root and covered < span:
+            cd = cur.component_data[ct]
+            if cd.lock_ref == 0 and cd.value is not None and lru.in_list(cur):
+                self._file(COLD, cur)
+            covered += len(cur.key)
+            cur = cur.parent
+
+    # ---- checks ---------------------------------------------------------------------------------
+
+    def check_candidates(self) -> None:
+        """The index invariant (tests): every live, unlocked node of the SWA list whose class is
+        ``COLD`` is a ``COLD`` candidate, and one of class ``RETENTION`` a candidate of either."""
+        ct = self.component_type
+        lru = self.tree_core.lru_lists[ct]
+        node = lru.get_lru_no_lock()
+        while node is not None:
+            node_class = self.eviction_class(node)
+            filed = [c for c in (COLD, RETENTION) if node.id in self._candidates[c]]
+            if node_class == COLD:
+                assert COLD in filed, f"cold node {node.id} is not a COLD candidate"
+            elif node_class == RETENTION:
+                assert filed, f"retention node {node.id} is not a candidate"
+            node = lru.get_prev_no_lock(node)

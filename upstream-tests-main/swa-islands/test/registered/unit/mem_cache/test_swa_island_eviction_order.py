@@ -12,8 +12,13 @@ The chunk ends 64 and 128 are retention points, 192 a leaf. Cold SWA: ``[0,33)``
 - past the cold SWA, retention windows go least recently used first and the leaf's window last;
   a match that ended at a retention point lifts it to a match end's window, kept longer;
 - the class of a node reads the window below it (a junction or a leaf is a window);
-- after everything is evicted the pools are back at baseline.
+- after everything is evicted the pools are back at baseline;
+- over random traffic (shared prefixes, chunk commits, decode islands, finishes and aborts,
+  matches, evictions of random sizes) the candidate index keeps its invariant after every
+  operation, and an eviction that the cold SWA covers takes only cold nodes.
 """
+
+import random
 
 import unittest
 
@@ -24,7 +29,15 @@ from sglang.srt.mem_cache.unified_cache.components import ComponentType
 from sglang.srt.mem_cache.unified_cache.components.swa import SWAComponent
 from sglang.srt.mem_cache.unified_cache.components.swa_island import SWAIslandComponent
 from sglang.test.ci.ci_register import register_cpu_ci
-from swa_islands_stack import build_params, commit_chunk, make_prefilling_req, match_prefix, release
+from swa_islands_stack import (
+    build_params,
+    commit_chunk,
+    decode_step,
+    finish_prefill,
+    make_prefilling_req,
+    match_prefix,
+    release,
+)
 
 register_cpu_ci(est_time=5, suite="base-a-test-cpu")
 
@@ -119,6 +132,28 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         classes = {span: swa.eviction_class(node) for span, node in self.nodes(cache)}
         self.assertEqual(classes[(64, 80)], WINDOW)
 
+    def test_a_junction_that_loses_a_branch_is_a_candidate_again(self):
+        cache = self.build()
+        swa = cache.components[ComponentType.SWA]
+        branch = make_prefilling_req(cache, PROMPT[:80] + [5] * 40, rid="b")
+        commit_chunk(cache, branch, CHUNK)
+        commit_chunk(cache, branch, 120)  # [64,80) a junction; the branch [80,89) [89,120)
+        release(cache, branch, "abort")
+        self.evict_swa(cache, 92)  # the cold SWA: [0,33) [80,97) [128,161) [80,89)
+        junction = dict(self.nodes(cache))[(64, 80)]
+        stub = next(c for c in junction.children.values() if c.key.token_ids[0] == 5)
+        self.assertIsNone(stub.component_data[ComponentType.SWA].value)  # tombstoned
+        (leaf,) = stub.children.values()
+        self.assertEqual(swa.eviction_class(junction), WINDOW)
+        # upstream's leaf evictions (the controller's step): the branch's leaf, then its stub
+        # (a tombstone with Full KV, a device leaf now)
+        cache.tree_core.evict_device_leaf(leaf.id, False)
+        self.assertEqual(len(junction.children), 2)
+        cache.tree_core.evict_device_leaf(stub.id, False)
+        self.assertEqual(len(junction.children), 1)
+        self.assertEqual(swa.eviction_class(junction), COLD)
+        swa.check_candidates()  # the junction is a COLD candidate again
+
     def test_the_setting_picks_the_component_and_window_runs_on_the_python_core(self):
         for order, backend, component, core in (("lru", "rust", SWAComponent, "rust"),
                                                  ("lru", "python", SWAComponent, "python"),
@@ -141,6 +176,90 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         self.assertEqual((cache.full_evictable_size(), cache.swa_evictable_size()), (0, 0))
         self.assertEqual((allocator.full_available_size(), allocator.swa_available_size()),
                          (allocator.size_full, allocator.size_swa))
+
+
+class TestSWAIslandEvictionIndex(unittest.TestCase):
+    """Random traffic against the candidate index (``SWAIslandComponent.check_candidates``) and
+    the cold-first order, with an oracle that classifies every live node (O(tree), tests only)."""
+
+    KV = 2048
+
+    def live_nodes(self, cache):
+        swa = cache.components[ComponentType.SWA]
+        lru = cache.tree_core.lru_lists[ComponentType.SWA]
+        out, node = {}, lru.get_lru_no_lock()
+        while node is not None:
+            out[node.id] = (swa.eviction_class(node), len(node.key))
+            node = lru.get_prev_no_lock(node)
+        return out
+
+    def evict_checked(self, cache, tokens):
+        before = self.live_nodes(cache)
+        cold = sum(n for c, n in before.values() if c == COLD)
+        longest = max((n for _, n in before.values()), default=0)
+        cache.evict(EvictParams(num_tokens=0, swa_num_tokens=tokens))
+        after = self.live_nodes(cache)
+        gone = [i for i in before if i not in after]
+        if tokens + longest <= cold:
+            self.assertTrue(all(before[i][0] == COLD for i in gone),
+                            f"a window went while {cold} cold tokens remained: "
+                            f"{[(i, before[i]) for i in gone if before[i][0] != COLD]}")
+        cache.components[ComponentType.SWA].check_candidates()
+
+    def test_random_traffic_keeps_the_index_and_takes_cold_first(self):
+        for seed in range(5):
+            with self.subTest(seed=seed):
+                self.run_traffic(random.Random(seed))
+
+    def run_traffic(self, rng):
+        params = build_params(
+            max_num_reqs=4, kv_size=self.KV, tree_core_backend="python",
+            enable_swa_islands=True, swa_islands_reclaim=rng.choice(["lazy", "auto"]),
+            chunked_prefill_size=CHUNK, swa_islands_decode_interval=rng.choice([16, 48]),
+            swa_islands_eviction="window")
+        cache = SWAIslandUnifiedRadixCache(params)
+        swa = cache.components[ComponentType.SWA]
+        allocator = cache.token_to_kv_pool_allocator
+        transcripts, token = [], 1000
+        for i in range(40):
+            if transcripts and rng.random() < 0.7:
+                base = rng.choice(transcripts)
+                cut = len(base) if rng.random() < 0.3 else rng.randrange(1, len(base) + 1)
+                prompt = base[:cut]  # a whole transcript continued, or one cut somewhere
+            else:
+                prompt = []
+            fresh = rng.randrange(8, 160)
+            prompt = prompt + list(range(token, token + fresh))
+            token += fresh
+            prompt = prompt[:300]
+            need = len(prompt) + 48
+            if min(allocator.full_available_size(), allocator.swa_available_size()) < need:
+                cache.evict(EvictParams(num_tokens=need, swa_num_tokens=need))
+            req = make_prefilling_req(cache, prompt, rid=f"q{i}")
+            for end in range(CHUNK, len(prompt) + CHUNK, CHUNK):
+                commit_chunk(cache, req, min(end, len(prompt)))
+                swa.check_candidates()
+                if rng.random() < 0.3:  # while the request holds its locks
+                    self.evict_checked(cache, rng.randrange(1, 100))
+            how = rng.choice(["finish", "finish", "abort"])
+            if how == "finish":
+                finish_prefill(req, token)
+                for step in range(rng.randrange(0, 60)):
+                    token += 1
+                    decode_step(cache, req, [token], swa_eviction_interval=34)
+                    if step % 7 == 6:
+                        self.evict_checked(cache, rng.randrange(1, 100))
+                swa.check_candidates()
+                transcripts.append(list(req.origin_input_ids) + list(req.output_ids[:-1]))
+            release(cache, req, how)
+            swa.check_candidates()
+            for _ in range(rng.randrange(0, 3)):
+                if transcripts:
+                    t = rng.choice(transcripts)
+                    match_prefix(cache, t[: rng.randrange(1, len(t) + 1)] + [7])
+            self.evict_checked(cache, rng.randrange(1, 200))
+        self.evict_checked(cache, self.KV)
+        self.assertEqual(cache.swa_evictable_size(), 0)
 
 
 if __name__ == "__main__":
