@@ -24,7 +24,8 @@ the real method, ``time.perf_counter``, garbage collector off, median microsecon
 - ``commit_chunk``, ``decode_hook``, ``finish``: 32 probe requests that continue a cached
   transcript with 128 new tokens: the commit, 8 decode steps' ``on_decode_progress``, the finish;
 - ``evict_64_first``: the first 16 ``evict(swa_num_tokens=64)`` calls; ``evict_64_late``: 16 calls
-  once half of the tree's live SWA is gone (the window arm has taken its cold SWA by then).
+  once half of the tree's live SWA is gone; ``evict_64_drain``: 16 calls once 90% is gone (the
+  window arm has no cold SWA left there: it takes windows).
 
 Usage::
 
@@ -62,7 +63,7 @@ PAIRS = (("islands_rust", "main_rust"), ("islands_window", "main_python"))
 """Each island arm against stock main on the same tree core."""
 WINDOW, PAGE, CHUNK, DECODE, GROUP, SYSTEM = 32, 1, 128, 48, 8, 128
 OPS = ("match_continue", "match_diverge", "commit_chunk", "decode_hook", "finish",
-       "evict_64_first", "evict_64_late")
+       "evict_64_first", "evict_64_late", "evict_64_drain")
 EVICT_CALLS = 16
 
 
@@ -216,16 +217,14 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
             t = transcripts[rng.randrange(clients)]
             drv.run(t + [rng.randrange(100_000, 900_000) for _ in range(CHUNK)], rng, times)
         live = cache.swa_evictable_size()
-        for _ in range(EVICT_CALLS):
-            t0 = time.perf_counter()
-            cache.evict(EvictParams(num_tokens=0, swa_num_tokens=64))
-            times["evict_64_first"].append((time.perf_counter() - t0) * 1e6)
-        while cache.swa_evictable_size() > live // 2:
-            cache.evict(EvictParams(num_tokens=0, swa_num_tokens=64))
-        for _ in range(EVICT_CALLS):
-            t0 = time.perf_counter()
-            cache.evict(EvictParams(num_tokens=0, swa_num_tokens=64))
-            times["evict_64_late"].append((time.perf_counter() - t0) * 1e6)
+        for op, left in (("evict_64_first", live), ("evict_64_late", live // 2),
+                         ("evict_64_drain", live // 10)):
+            while cache.swa_evictable_size() > left:  # drain to the phase, untimed
+                cache.evict(EvictParams(num_tokens=0, swa_num_tokens=64))
+            for _ in range(EVICT_CALLS):
+                t0 = time.perf_counter()
+                cache.evict(EvictParams(num_tokens=0, swa_num_tokens=64))
+                times[op].append((time.perf_counter() - t0) * 1e6)
     finally:
         gc.enable()
     return {"arm": arm, "clients": clients, "build_s": round(build_s, 2),

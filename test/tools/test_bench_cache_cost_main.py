@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 
 ARMS = ["main_rust", "main_python", "islands_rust", "islands_window"]
 OPS = {"match_continue", "match_diverge", "commit_chunk", "decode_hook", "finish",
-       "evict_64_first", "evict_64_late"}
+       "evict_64_first", "evict_64_late", "evict_64_drain"}
 
 
 def test_toy_run_times_every_operation_of_every_arm(tmp_path):
@@ -37,7 +37,7 @@ def test_toy_run_times_every_operation_of_every_arm(tmp_path):
     assert [r["arm"] for r in result["rows"]] == ARMS
     for r in result["rows"]:
         assert set(r["median_us"]) == OPS and all(v > 0 for v in r["median_us"].values()), r
-        assert r["n"]["evict_64_first"] == r["n"]["evict_64_late"] == 16
+        assert r["n"]["evict_64_first"] == r["n"]["evict_64_late"] == r["n"]["evict_64_drain"] == 16
         assert r["n"]["commit_chunk"] >= 32 and r["n"]["decode_hook"] == 32 * 8
     live = {r["arm"]: r["live_swa_before_evict"] for r in result["rows"]}
     # the same cache on both cores; islands keep more SWA live than main's commit-time free
