@@ -22,10 +22,14 @@ On sglang 0.5.23 (``.venv-main-islands``) the tree lives in the Rust core, out o
 digest; there the same two boots run with upstream's own checker switched on
 (``SGLANG_ENABLE_RANK_CONSENSUS_CHECKER=1``: every ``@rank_consensus`` call, ``checkpoint`` with its
 ``req.rid`` and ``up_to`` among them, must be made with the same arguments on every rank, or the
-scheduler raises), and outputs and sequential cached tokens must equal TP 1's.
+scheduler raises), and outputs and sequential cached tokens must equal TP 1's. A ``--dp-size 2``
+boot on 0.5.23 (checker on) must give TP 1's outputs with hits, both DP ranks serving prefills,
+and both back at empty pools after ``/flush_cache`` (each rank's next prefill, a 60-token prompt,
+logs the full and SWA usage of that prompt alone).
 
 The CPU server starts TP 2 only with ``SGLANG_CPU_OMP_THREADS_BIND`` naming one core set per rank
-(``0|1``); without it the boot fails with a message about NUMA binding.
+(``0|1``); without it the boot fails with a message about NUMA binding. 0.5.23 asks the same of
+DP 2 (it counts ``dp_size * tp_size`` ranks), where 0.5.15 refuses a binding there.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ pytestmark = pytest.mark.server
 DIGEST = re.compile(r"^\[[^\]]*?(?: TP(\d+))?\] SWA islands tree digest: (\w+) ", re.M)
 # "[time DP1] SWA islands tree digest: SHA nodes=... swa_free=N" under --dp-size 2
 DP_DIGEST = re.compile(r"^\[[^\]]*? DP(\d+)(?: TP\d+)?\] SWA islands tree digest: (\w+) (.*)$", re.M)
+# "[time DP1] Prefill batch, #new-seq: 1, ..., full token usage: 0.00, swa token usage: 0.00, ..."
+DP_PREFILL = re.compile(r"^\[[^\]]*? DP(\d+)(?: TP\d+)?\] Prefill batch, .*?full token usage: "
+                        r"([\d.]+), swa token usage: ([\d.]+)", re.M)
 IDLE_S = 4.0  # both ranks pass an idle point and log a changed digest well within this
 
 
@@ -70,8 +77,11 @@ def run_server(model, workload, tp: int, python: str | None = None, dp: int = 1)
     seq, conc = workload
     env = ({"SGLANG_ENABLE_RANK_CONSENSUS_CHECKER": "1"} if python
            else {"SGLANG_SWA_ISLANDS_TREE_DIGEST": "1"})
-    if tp > 1:
-        env["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(str(r) for r in range(tp))
+    # one core set per rank: 0.5.15 counts TP ranks only (and refuses a binding under DP 2),
+    # 0.5.23 counts every rank, DP included
+    ranks = tp * dp if python else tp
+    if ranks > 1:
+        env["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(str(r) for r in range(ranks))
     args = SERVER_ARGS + ["--enable-swa-islands", "--tp-size", str(tp), "--dp-size", str(dp)]
     with SglangServer(model, args, env=env, omp_threads=1, boot_timeout_s=600,
                       python=python) as srv:
@@ -92,13 +102,24 @@ def run_server(model, workload, tp: int, python: str | None = None, dp: int = 1)
         time.sleep(IDLE_S)
         log = srv.log_path.read_text(errors="replace")
         digests.append(latest_digests(log))
-        flushed = None
+        flushed, after_flush = None, {}
         if dp > 1:
             flush_cache_when_idle(srv)
             time.sleep(IDLE_S)
             flushed = latest_dp_digests(srv.log_path.read_text(errors="replace"))
+            mark = len(srv.log_path.read_text(errors="replace"))
+            # one fresh prompt per DP rank (the controller alternates): each rank's first prefill
+            # after the flush logs its pool usage from before it
+            fresh = [[int(t) % 50 + 3 for t in range(100 + i, 160 + i)] for i in range(dp)]
+            for ids in fresh:
+                generate(srv.base_url, ids, 2, timeout=300)
+            after_flush = {}
+            for m in DP_PREFILL.finditer(srv.log_path.read_text(errors="replace")[mark:]):
+                after_flush.setdefault(int(m.group(1)), (m.group(2), m.group(3)))
         return {"outputs": outputs, "cached": cached, "digests": digests,
                 "dp_before_flush": latest_dp_digests(log), "dp_flushed": flushed,
+                "dp_prefill_ranks": {int(m.group(1)) for m in DP_PREFILL.finditer(log)},
+                "dp_after_flush": after_flush,
                 "consensus_checker": "Rank consensus checker is enabled" in log}
 
 
@@ -130,6 +151,14 @@ def main_runs():
         pytest.skip(".venv-main-islands does not exist (scripts/setup_main.sh --islands)")
     path, workload = _model_and_workload()
     return {tp: run_server(path, workload, tp, str(MAIN_ISLANDS_PYTHON)) for tp in (1, 2)}
+
+
+@pytest.fixture(scope="module")
+def main_dp_run():
+    if not MAIN_ISLANDS_PYTHON.exists():
+        pytest.skip(".venv-main-islands does not exist (scripts/setup_main.sh --islands)")
+    path, workload = _model_and_workload()
+    return run_server(path, workload, 1, str(MAIN_ISLANDS_PYTHON), dp=2)
 
 
 def test_tp2_outputs_and_sequential_cached_tokens_equal_tp1(runs):
@@ -165,3 +194,17 @@ def test_dp2_outputs_equal_tp1_and_each_dp_rank_returns_to_baseline(runs, dp_run
         assert "nodes=1 " not in before[rank][1], before  # each rank served and cached
         assert after[rank][1] == ("nodes=1 tombstones=0 full_locked=0 swa_locked=0 "
                                   "full_free=4096 swa_free=1024"), (rank, after)
+
+
+def test_main_dp2_outputs_equal_tp1_and_each_dp_rank_returns_to_empty_pools(main_runs, main_dp_run):
+    run = main_dp_run
+    assert run["consensus_checker"]
+    assert run["outputs"] == main_runs[1]["outputs"]
+    assert sum(run["cached"].values()) > 0
+    assert run["dp_prefill_ranks"] == {0, 1}  # both schedulers served the workload
+    # each rank's first prefill after the flush: its pools hold that 60-token prompt only
+    # (60 / 4096 full -> 0.01, 60 / 1024 SWA -> 0.06; anything the flush left would add to it)
+    after = run["dp_after_flush"]
+    assert set(after) == {0, 1}, after
+    for full, swa in after.values():
+        assert float(full) <= 0.02 and float(swa) <= 0.07, after
