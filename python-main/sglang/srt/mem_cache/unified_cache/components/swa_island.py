@@ -30,13 +30,13 @@ adds, an insert or a move to its most recently used end, ``CandidateLRUList``; :
 those a ``COLD`` pass met and found covered only by retention points). A pass pops its candidates
 oldest first and computes each one's class (at most ``w / p`` node steps): one of its class is the
 victim, a retention node moves to the ``RETENTION`` candidates, a better covered or locked one is
-dropped. Invariant: every live, unlocked node of class
-``COLD`` is a ``COLD`` candidate, and every one of class ``RETENTION`` a candidate of either
-class. What can lower a node's class or free it files it again: a device eviction or deletion of
-a node files the live nodes up to ``w`` above it (their cover may have run through it,
-``_file_above``), so does a new leaf (its parent may have
-been a leaf), and an SWA lock release files the nodes it unlocked (``_file_unlocked``). Each filing is popped at most once, so a pass costs what the
-inserts, moves, unlocks and evictions since the last one filed. Sessions
+dropped. Invariant: every live, unlocked node of class ``COLD`` is a ``COLD`` candidate, and every
+one of class ``RETENTION`` a candidate of either class. What can lower a node's class or free it
+files it again: a device eviction or deletion of a node files the live nodes up to ``w`` above it
+(their cover may have run through it, ``_file_above``), so does a new leaf (its parent may have
+been a leaf), and an SWA lock release files the nodes it unlocked (``_file_unlocked``). Each
+filing is popped at most once, so a pass costs what the inserts, moves, unlocks and evictions
+since the last one filed. Sessions
 (``enable_session_radix_cache``) keep upstream's partitioned walk.
 """
 
@@ -98,8 +98,8 @@ class SWAIslandComponent(SWAComponent):
     def _file(self, cls: int, node) -> None:
         """File ``node`` as the newest candidate of ``cls``."""
         queue = self._candidates[cls]
-        queue.pop(node.id, None)
         queue[node.id] = weakref.ref(node)
+        queue.move_to_end(node.id)
 
     def _file_cold(self, node) -> None:
         self._file(COLD, node)
