@@ -60,9 +60,16 @@ def flush_ok(srv: SglangServer) -> None:
 
 
 def get_load(srv: SglangServer) -> dict:
-    r = requests.get(f"{srv.base_url}/get_load", timeout=60)
+    """The server's load summed over its DP ranks in the legacy ``/get_load`` shape
+    (``num_reqs``: running + waiting, ``num_waiting_reqs``, ``num_tokens``: tokens in use), read
+    from ``/v1/loads`` (core section), which both targets serve (0.5.23 dropped ``/get_load``)."""
+    r = requests.get(f"{srv.base_url}/v1/loads", params={"include": "core"}, timeout=60)
     r.raise_for_status()
-    return r.json()[0]
+    loads = r.json()["loads"]
+    running = sum(d["num_running_reqs"] for d in loads)
+    waiting = sum(d["num_waiting_reqs"] for d in loads)
+    return {"num_reqs": running + waiting, "num_waiting_reqs": waiting,
+            "num_tokens": sum(d["num_total_tokens"] for d in loads)}
 
 
 def wait_idle(srv: SglangServer, timeout: float = IDLE_TIMEOUT_S) -> dict:

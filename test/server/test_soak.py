@@ -1,8 +1,9 @@
-"""``benchmarks/soak.py --quick`` on the real CPU server with islands on: the seeded mix runs every
-kind of traffic and fault, and every check passes (0 mismatches against transformers, 0 leaks, no
-traceback, no 5xx, every malformed request answered 400). And the checks themselves catch what
-they are for: a wrong output, a malformed request answered otherwise, a pool that did not come
-back."""
+"""``benchmarks/soak.py --quick`` on the real CPU server with islands on, on both targets (sglang
+0.5.15.post1 and 0.5.23 with the main islands series): the seeded mix runs every kind of traffic
+and fault, and every check passes (0 mismatches against transformers, 0 leaks, no traceback, no
+5xx, every malformed request answered 400). And the checks themselves catch what they are for: a
+wrong output, a malformed request answered otherwise, a pool that did not come back, a traceback
+that is not one of upstream's known boot warnings."""
 
 from __future__ import annotations
 
@@ -17,14 +18,21 @@ from islands_harness.server import REPO_ROOT
 pytestmark = pytest.mark.server
 
 
-@pytest.fixture(scope="module")
-def quick_report(tmp_path_factory):
+@pytest.fixture(scope="module", params=["0.5.15", "main"])
+def quick_report(request, tmp_path_factory):
+    if request.param == "main":
+        from islands_harness.main_arm import MAIN_ISLANDS_PYTHON
+
+        if not MAIN_ISLANDS_PYTHON.exists():
+            pytest.skip("no .venv-main-islands (scripts/setup_main.sh --islands)")
     out = tmp_path_factory.mktemp("soak") / "soak.json"
     p = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "soak.py"), "--quick",
-                        "--json", str(out)], cwd=REPO_ROOT, capture_output=True, text=True,
-                       timeout=1800)
+                        "--target", request.param, "--json", str(out)], cwd=REPO_ROOT,
+                       capture_output=True, text=True, timeout=1800)
     assert out.exists(), p.stdout[-3000:] + p.stderr[-3000:]
-    return p.returncode, json.loads(out.read_text()), p.stdout
+    rep = json.loads(out.read_text())
+    assert rep["config"]["target"] == request.param and rep["config"]["islands"]
+    return p.returncode, rep, p.stdout
 
 
 def test_the_quick_soak_passes_every_check(quick_report):
@@ -76,7 +84,12 @@ def test_the_checks_catch_a_wrong_output_a_wrong_status_and_a_leak():
               soak.Outcome("malformed_200", [], 0, 200, error="negative_id"),
               soak.Outcome("long", ids, 8, 503, error="Service Unavailable")):
         s.traffic.record(o)
-    rep = s.report(alive=True, log="Traceback (most recent call last):\n  boom\n", wall_s=1.0)
+    log = ("[2026-12-03 22:13:15] post-warmup freeze_gc failed\nTraceback (most recent call last):"
+           "\n  refused\n[2026-12-03 22:13:16] Prefill batch\nTraceback (most recent call last):"
+           "\n  boom\n")
+    rep = s.report(alive=True, log=log, wall_s=1.0)
+    assert rep["tracebacks"] == 1
+    assert rep["known_warning_tracebacks"] == {"post-warmup freeze_gc failed": 1}
     assert rep["outputs_checked"] == 2 and rep["abort_prefixes_checked"] == 2
     assert [m["first_diff"] for m in rep["mismatches"]] == [7, 0]
     text = "\n".join(rep["failures"])
