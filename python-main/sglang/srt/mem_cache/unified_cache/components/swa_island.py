@@ -25,25 +25,31 @@ category of such ``e`` (``COLD`` when none). Tombstoning a cold node never chang
 class: every end whose window it could cut is ``>= w`` tokens below it.
 
 Index (what keeps an eviction O(its own work)): the live nodes a pass may take wait as
-*candidates*, per class, in the order they were filed (:data:`COLD`: every node the SWA LRU list
+*candidates*, per class, least recently used first (:data:`COLD`: every node the SWA LRU list
 adds, an insert or a move to its most recently used end, ``CandidateLRUList``; :data:`RETENTION`:
-those a ``COLD`` pass met and found covered only by retention points). A pass pops its candidates
-oldest first and computes each one's class (at most ``w / p`` node steps): one of its class is the
-victim, a retention node moves to the ``RETENTION`` candidates, a better covered or locked one is
-dropped. Invariant: every live, unlocked node of class ``COLD`` is a ``COLD`` candidate, and every
-one of class ``RETENTION`` a candidate of either class. What can lower a node's class or free it
-files it again: a device eviction or deletion of a node files the live nodes up to ``w`` above it
-(their cover may have run through it, ``_file_above``), so does a new leaf (its parent may have
-been a leaf), and an SWA lock release files the nodes it unlocked (``_file_unlocked``). Each
-filing is popped at most once, so a pass costs what the inserts, moves, unlocks and evictions
-since the last one filed. Sessions
-(``enable_session_radix_cache``) keep upstream's partitioned walk.
+those a ``COLD`` pass met and found covered only by retention points). Recency is a *touch*
+(:data:`TOUCH_KEY`), a counter the list stamps on every node it adds at its most recently used end;
+a node it adds beside another (upstream's split places the new prefix node next to its suffix)
+takes that node's touch. So candidates go in the SWA list's own order, whichever step filed
+them. A pass pops its candidates oldest first and computes each one's class (at most ``w / p``
+node steps): one of its class is the victim, a retention node moves to the ``RETENTION``
+candidates, a better covered or locked one is dropped. A touch files its node as ``COLD`` and a
+pass empties the ``COLD`` candidates before it pops a ``RETENTION`` one, so a node touched since
+its ``RETENTION`` filing is refiled at its new touch before that filing comes up. Invariant: every live, unlocked node of class ``COLD`` is a ``COLD`` candidate,
+and every one of class ``RETENTION`` a candidate of either class. What can lower a node's class
+or free it files it again: a device eviction or deletion of a node files the live nodes up to
+``w`` above it (their cover may have run through it, ``_file_above``), so does a new leaf (its
+parent may have been a leaf), and an SWA lock release files the nodes it unlocked
+(``_file_unlocked``). Each filing is popped at most once (a heap per class, one entry per filed
+node and touch, rebuilt when stale entries outnumber the live ones), so a pass costs what the
+inserts, moves, unlocks and evictions since the last one filed, times ``log`` of the
+candidates. Sessions (``enable_session_radix_cache``) keep upstream's partitioned walk.
 """
 
 from __future__ import annotations
 
+import heapq
 import weakref
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Optional
 
 from sglang.srt.mem_cache.swa_island_formulas import COLD, RETENTION, WINDOW
@@ -56,11 +62,14 @@ if TYPE_CHECKING:
 
 MATCH_END_KEY = "island_match_end"
 """SWA ``metadata`` key of a match-end stamp: the end's category (``RETENTION`` or ``WINDOW``)."""
+TOUCH_KEY = "island_touch"
+"""SWA ``metadata`` key of a node's touch: its recency in the SWA LRU list (higher: more recent)."""
 
 class CandidateLRUList(UnifiedLRUList):
-    """Upstream's device LRU list that tells ``on_add`` every node it adds (``insert_mru``,
-    ``insert_after``, the moves of ``reset_*_mru``); its walk-cursor sentinels are not nodes of
-    the list and are not told."""
+    """Upstream's device LRU list that tells ``on_add(beside, new_node)`` every node it adds
+    (``insert_mru``, ``insert_after``, the moves of ``reset_*_mru``): ``beside`` is the node of
+    the list it went after, None when it went to a most recently used end (after the head or a
+    partition sentinel). Its walk-cursor sentinels are not nodes of the list and are not told."""
 
     def __init__(self, component_type, component_types, *, on_add, is_referenced=None):
         super().__init__(component_type, component_types, is_referenced=is_referenced)
@@ -69,7 +78,7 @@ class CandidateLRUList(UnifiedLRUList):
     def _add_node_after(self, prev_node, new_node) -> None:
         super()._add_node_after(prev_node, new_node)
         if new_node.id in self.cache:
-            self._on_add(new_node)
+            self._on_add(prev_node if prev_node.id in self.cache else None, new_node)
 
 
 class SWAIslandComponent(SWAComponent):
@@ -81,28 +90,50 @@ class SWAIslandComponent(SWAComponent):
         # Tokens of contiguous live SWA a match end needs behind it (upstream's match validator).
         self.window_span = self.sliding_window_size
         self._walk_cursor = None
+        self._clock = 0  # the last touch given
         self._candidates = self._no_candidates()
 
     @staticmethod
     def _no_candidates() -> dict:
-        """Per class a queue of node id -> weak reference, oldest filing first."""
-        return {COLD: OrderedDict(), RETENTION: OrderedDict()}
+        """Per class: ``filed`` (node id -> (touch, weak reference): the filed nodes) and ``heap``
+        ((touch, node id, weak reference) entries, least recent first; an entry whose touch is
+        not its node's filing any more is stale)."""
+        return {cls: {"filed": {}, "heap": []} for cls in (COLD, RETENTION)}
 
     def make_device_lru_list(self, component_types, is_referenced=None) -> UnifiedLRUList:
-        """The tree core's SWA device list (at every reset): a ``CandidateLRUList`` filing what it
-        adds as ``COLD`` candidates; the candidates start over with it."""
+        """The tree core's SWA device list (at every reset): a ``CandidateLRUList`` that touches
+        and files as ``COLD`` candidates what it adds; the candidates start over with it."""
         self._candidates = self._no_candidates()
-        return CandidateLRUList(self.component_type, component_types,
-                                on_add=self._file_cold, is_referenced=is_referenced)
+        return CandidateLRUList(self.component_type, component_types, on_add=self._on_add,
+                                is_referenced=is_referenced)
+
+    def _touch_of(self, node) -> int:
+        return node.component_data[self.component_type].metadata.get(TOUCH_KEY, 0)
+
+    def _on_add(self, beside, node) -> None:
+        """The SWA list added ``node``: a new touch at a most recently used end (``beside`` None),
+        else the touch of ``beside``, the node it went after."""
+        if beside is None:
+            self._clock += 1
+            touch = self._clock
+        else:
+            touch = self._touch_of(beside)
+        node.component_data[self.component_type].metadata[TOUCH_KEY] = touch
+        self._file(COLD, node)
 
     def _file(self, cls: int, node) -> None:
-        """File ``node`` as the newest candidate of ``cls``."""
-        queue = self._candidates[cls]
-        queue[node.id] = weakref.ref(node)
-        queue.move_to_end(node.id)
-
-    def _file_cold(self, node) -> None:
-        self._file(COLD, node)
+        """File ``node`` as a candidate of ``cls`` at its touch (once per touch)."""
+        queue, touch = self._candidates[cls], self._touch_of(node)
+        filed = queue["filed"]
+        if node.id in filed and filed[node.id][0] == touch:
+            return
+        ref = weakref.ref(node)
+        filed[node.id] = (touch, ref)
+        heap = queue["heap"]
+        heapq.heappush(heap, (touch, node.id, ref))
+        if len(heap) > 2 * len(filed) + 64:  # mostly stale: rebuild from the filings
+            queue["heap"] = [(t, nid, r) for nid, (t, r) in filed.items()]
+            heapq.heapify(queue["heap"])
 
     # ---- match ends -----------------------------------------------------------------------------
 
@@ -168,9 +199,12 @@ class SWAIslandComponent(SWAComponent):
         """The oldest candidate of ``cls`` whose class is at most ``cls``; the candidates met
         before it are refiled (``RETENTION``) or dropped (covered better, locked, gone)."""
         ct, queue = self.component_type, self._candidates[cls]
-        lru = self.tree_core.lru_lists[ct]
-        while queue:
-            _, ref = queue.popitem(last=False)
+        lru, filed, heap = self.tree_core.lru_lists[ct], queue["filed"], queue["heap"]
+        while heap:
+            touch, node_id, ref = heapq.heappop(heap)
+            if filed.get(node_id, (None,))[0] != touch:
+                continue  # stale: filed again since
+            del filed[node_id]
             node = ref()
             if node is None or not lru.in_list(node) or node.component_data[ct].lock_ref > 0:
                 continue  # gone, or locked: an unlock files it again
@@ -242,14 +276,23 @@ class SWAIslandComponent(SWAComponent):
     # ---- checks ---------------------------------------------------------------------------------
 
     def check_candidates(self) -> None:
-        """The index invariant (tests): every live, unlocked node of the SWA list whose class is
-        ``COLD`` is a ``COLD`` candidate, and one of class ``RETENTION`` a candidate of either."""
+        """The index invariants (tests, O(tree)): every live, unlocked node of the SWA list whose
+        class is ``COLD`` is a ``COLD`` candidate, and one of class ``RETENTION`` a candidate of
+        either; touches never decrease from the list's least to its most recently used end; each
+        heap holds one entry per filed node, and no more than twice as many entries plus 64."""
         ct = self.component_type
+        for cls, queue in self._candidates.items():
+            filed, heap = queue["filed"], queue["heap"]
+            live = sum(1 for touch, nid, _ in heap if filed.get(nid, (None,))[0] == touch)
+            assert live == len(filed), f"class {cls}: {live} heap entries for {len(filed)} filed"
+            assert len(heap) <= 2 * len(filed) + 64, f"class {cls}: {len(heap)} heap entries"
         lru = self.tree_core.lru_lists[ct]
-        node = lru.get_lru_no_lock()
+        node, last_touch = lru.get_lru_no_lock(), 0
         while node is not None:
+            assert self._touch_of(node) >= last_touch, f"node {node.id} touched out of list order"
+            last_touch = self._touch_of(node)
             node_class = self.eviction_class(node)
-            filed = [c for c in (COLD, RETENTION) if node.id in self._candidates[c]]
+            filed = [c for c in (COLD, RETENTION) if node.id in self._candidates[c]["filed"]]
             if node_class == COLD:
                 assert COLD in filed, f"cold node {node.id} is not a COLD candidate"
             elif node_class == RETENTION:

@@ -113,6 +113,29 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         self.evict_swa(cache, 31)
         self.assertEqual([hit_at(cache, end) for end in (64, 128, 192)], [0, 0, 192])
 
+    def test_retention_windows_go_least_recently_used_first_whoever_filed_them(self):
+        # (the chunk end touched first, hits at 64 and 128 after its window went)
+        for first, hits in ((64, (0, 128)), (128, (64, 64))):
+            with self.subTest(touched_first=first):
+                cache = self.build()
+                for end in (first, 192 - first):  # inserts ending at both chunk ends, in order
+                    again = make_prefilling_req(cache, PROMPT[:end], rid=f"again{end}")
+                    commit_chunk(cache, again, end)
+                    release(cache, again, "abort")
+                # the cold SWA, then the retention window touched first; evicting cold nodes
+                # refiles the windows above them, which must not make them look recent
+                self.evict_swa(cache, COLD_TOKENS + 1)
+                self.assertEqual(tuple(hit_at(cache, end) for end in (64, 128)), hits)
+
+    def test_a_hot_match_end_keeps_the_candidate_heaps_bounded(self):
+        cache = self.build()
+        swa = cache.components[ComponentType.SWA]
+        for _ in range(200):  # every match touches the window at 64 again: a new filing each time
+            self.assertEqual(hit_at(cache, 64), 64)
+        swa.check_candidates()  # one entry per filing, stale ones rebuilt away
+        self.evict_swa(cache, COLD_TOKENS)  # the heap order still gives the cold SWA first
+        self.assertEqual([hit_at(cache, end) for end in (64, 128, 192)], [64, 128, 192])
+
     def test_a_match_end_outlasts_the_retention_windows(self):
         cache = self.build()
         self.assertEqual(hit_at(cache, 64), 64)  # a request matched up to the first chunk end
