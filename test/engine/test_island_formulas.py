@@ -15,6 +15,7 @@ from sglang.srt.mem_cache.swa_island_formulas import (
     lazy_reclaim_fits,
     reclaim_watermark,
     swa_tombstone_frontier,
+    window_lock_tokens,
 )
 
 
@@ -160,6 +161,12 @@ def test_reclaim_watermark_is_one_chunk_rounded_up_to_a_page():
 def test_lazy_reclaim_fits_one_page_rounded_chunk_per_running_request(pool, running, chunk, page,
                                                                        fits):
     assert lazy_reclaim_fits(pool, running, chunk, page) is fits
+
+
+@pytest.mark.parametrize("window_left, page, want", [(31, 1, 31), (32, 16, 32), (33, 16, 48),
+                                                     (127, 16, 128), (31, 64, 64)])
+def test_a_match_lock_takes_the_window_rounded_up_to_pages(window_left, page, want):
+    assert window_lock_tokens(window_left, page) == want
 
 
 def test_unified_decode_hold_is_a_page_rounded_window_lock_plus_the_decode_tail():

@@ -103,6 +103,13 @@ def island_out_of_window(committed_len: int, island_end: int, window: int, page_
     return committed_len >= island_end + window + page_size
 
 
+def window_lock_tokens(window_left: int, page_size: int) -> int:
+    """SWA tokens a match lock takes behind its end: the tokens a match end needs live
+    (``window_left``), page-rounded up. Example: window_left 31, p 1: 31; window_left 127, p 16:
+    128."""
+    return -(-window_left // page_size) * page_size
+
+
 def reclaim_watermark(chunked_prefill_size: Optional[int], page_size: int) -> int:
     """Free SWA tokens below which ``auto`` reclaims eagerly: one prefill chunk, page-rounded up.
 
@@ -228,7 +235,7 @@ def hold_unified_decode(window: int, page: int, eviction_interval: int) -> int:
     _require_int("window", window, 1)
     _require_int("page", page, 1)
     _require_int("eviction_interval", eviction_interval, 1)
-    return _ceil_page(window - 1, page) + window - 1 + eviction_interval
+    return window_lock_tokens(window - 1, page) + window - 1 + eviction_interval
 
 
 def admission_bind(swa_pool: int, hold: float) -> float:

@@ -110,6 +110,7 @@ from sglang.srt.mem_cache.swa_island_formulas import (  # noqa: F401  (re-export
     island_out_of_window,
     reclaim_watermark,
     swa_tombstone_frontier,
+    window_lock_tokens,
 )
 from sglang.srt.mem_cache.swa_island_digest import TreeDigest, tree_digest
 from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache, TreeNode
@@ -243,7 +244,7 @@ class SWAIslandRadixCache(SWARadixCache):
     @property
     def window_lock_len(self) -> int:
         """``window_left`` rounded up to whole pages: the SWA a match lock takes."""
-        return -(-self.sliding_window_size // self.page_size) * self.page_size
+        return window_lock_tokens(self.sliding_window_size, self.page_size)
 
     # ---- inserts ------------------------------------------------------------------------------
 

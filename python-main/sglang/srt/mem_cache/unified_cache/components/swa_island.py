@@ -52,7 +52,7 @@ import heapq
 import weakref
 from typing import TYPE_CHECKING, Optional
 
-from sglang.srt.mem_cache.swa_island_formulas import COLD, RETENTION, WINDOW
+from sglang.srt.mem_cache.swa_island_formulas import COLD, RETENTION, WINDOW, window_lock_tokens
 from sglang.srt.mem_cache.unified_cache.components.base import EvictLayer, LRURefreshPhase
 from sglang.srt.mem_cache.unified_cache.components.swa import SWAComponent
 from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedLRUList
@@ -214,6 +214,32 @@ class SWAIslandComponent(SWAComponent):
             if node_class == RETENTION:
                 self._file(RETENTION, node)
         return None
+
+    # ---- one-window locks -------------------------------------------------------------------------
+
+    def acquire_component_lock(self, node, result, lock_host: bool = False):
+        """Upstream's device lock of the segment that covers the trailing window, after
+        :meth:`_split_at_window`: the lock takes one page-rounded window of live SWA
+        (``window_lock_tokens``), not the whole node the window ends in."""
+        if not lock_host:
+            self._split_at_window(node)
+        return super().acquire_component_lock(node, result, lock_host)
+
+    def _split_at_window(self, node) -> None:
+        """Split the live node in which the ``window_lock_tokens`` tokens ending at ``node``'s end
+        begin, so that the part of it they cover is a node of its own. Page-aligned: node keys
+        are whole pages and the lock length is page-rounded. At most ``w / p`` node steps."""
+        ct, root = self.component_type, self.tree_core.root_node
+        need = window_lock_tokens(self.sliding_window_size, self.tree_core.page_size)
+        covered, cur = 0, node
+        while cur is not root and covered < self.sliding_window_size:
+            length = len(cur.key)
+            if covered + length > need and cur.component_data[ct].value is not None:
+                _, action = self.tree_core._split_node(cur.key, cur, covered + length - need)
+                assert action is None, "islands run without a host tier"
+                return
+            covered += length
+            cur = cur.parent
 
     # ---- what can lower a class: evictions and unlocks file their neighbourhood ------------------
 

@@ -177,6 +177,30 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         self.assertEqual(swa.eviction_class(junction), COLD)
         swa.check_candidates()  # the junction is a COLD candidate again
 
+    def test_a_match_lock_takes_one_window_not_the_node_the_window_ends_in(self):
+        # match ends at chunk ends, inside a node, and at the leaf; upstream locks whole nodes up
+        # to the window (a mid-node end: the piece above it plus the node before, 47 or 53)
+        for component, locked in ((SWAComponent, (31, 47, 31, 53, 31)),
+                                  (SWAIslandComponent, (31,) * 5)):
+            for end, want in zip((64, 80, 128, 150, 192), locked):
+                with self.subTest(component=component.__name__, end=end):
+                    cache = self.build(component)
+                    self.assertEqual(cache.swa_retain_window, 31)
+                    match = match_prefix(cache, PROMPT[:end] + [7])
+                    self.assertEqual(match.device_prefix_len, end)
+                    lock = cache.inc_lock_ref(match.last_device_node)
+                    self.assertEqual(cache.swa_protected_size(), want)
+                    self.assertEqual(hit_at(cache, end), end)  # the split kept the match
+                    cache.evict(EvictParams(num_tokens=0, swa_num_tokens=KV))
+                    self.assertEqual(hit_at(cache, end), end)  # the locked window stays
+                    cache.dec_lock_ref(match.last_device_node, lock.to_dec_params())
+                    self.assertEqual(cache.swa_protected_size(), 0)
+                    cache.evict(EvictParams(num_tokens=KV, swa_num_tokens=KV))
+                    allocator = cache.token_to_kv_pool_allocator
+                    self.assertEqual(
+                        (allocator.full_available_size(), allocator.swa_available_size()),
+                        (allocator.size_full, allocator.size_swa))
+
     def test_the_setting_picks_the_component_and_window_runs_on_the_python_core(self):
         for order, backend, component, core in (("lru", "rust", SWAComponent, "rust"),
                                                  ("lru", "python", SWAComponent, "python"),
