@@ -35,15 +35,20 @@ them. A pass pops its candidates oldest first and computes each one's class (at 
 node steps): one of its class is the victim, a retention node moves to the ``RETENTION``
 candidates, a better covered or locked one is dropped. A touch files its node as ``COLD`` and a
 pass empties the ``COLD`` candidates before it pops a ``RETENTION`` one, so a node touched since
-its ``RETENTION`` filing is refiled at its new touch before that filing comes up. Invariant: every live, unlocked node of class ``COLD`` is a ``COLD`` candidate,
-and every one of class ``RETENTION`` a candidate of either class. What can lower a node's class
+its ``RETENTION`` filing is refiled at its new touch before that filing comes up. Invariant:
+every live, unlocked node of class ``COLD`` is a ``COLD`` candidate, and every one of class
+``RETENTION`` a candidate of either class. What can lower a node's class
 or free it files it again: a device eviction or deletion of a node files the live nodes up to
 ``w`` above it (their cover may have run through it, ``_file_above``), so does a new leaf (its
 parent may have been a leaf), and an SWA lock release files the nodes it unlocked
-(``_file_unlocked``). Each filing is popped at most once (a heap per class, one entry per filed
-node and touch, rebuilt when stale entries outnumber the live ones), so a pass costs what the
-inserts, moves, unlocks and evictions since the last one filed, times ``log`` of the
-candidates. Sessions (``enable_session_radix_cache``) keep upstream's partitioned walk.
+(``_file_unlocked``). Each filing is popped at most once (``Candidates``: a heap per class), so
+a pass costs what the inserts, moves, unlocks and evictions since the last one filed, times
+``log`` of the candidates. Sessions (``enable_session_radix_cache``) keep upstream's
+partitioned walk.
+
+Locks: a device SWA lock (admission's match lock, a commit's lock of its new last node) takes
+one page-rounded window of live SWA behind its node (``window_lock_tokens``): the live node the
+window begins in is split there first, where upstream locks it whole.
 """
 
 from __future__ import annotations
@@ -81,6 +86,49 @@ class CandidateLRUList(UnifiedLRUList):
             self._on_add(prev_node if prev_node.id in self.cache else None, new_node)
 
 
+class Candidates:
+    """The candidates of one class: the filed nodes, least recently touched first. One filing per
+    node (a node filed again at a newer touch moves); a heap of (touch, node id, weak reference)
+    entries in which an entry that is not its node's filing any more is stale, skipped when
+    popped and dropped when stale entries outnumber the filings (O(log n) per filing, amortized).
+    """
+
+    def __init__(self):
+        self.filed: dict = {}  # node id -> (touch, weak reference)
+        self.heap: list = []
+
+    def __contains__(self, node_id) -> bool:
+        return node_id in self.filed
+
+    def file(self, node, touch: int) -> None:
+        if self.filed.get(node.id, (None,))[0] == touch:
+            return
+        ref = weakref.ref(node)
+        self.filed[node.id] = (touch, ref)
+        heapq.heappush(self.heap, (touch, node.id, ref))
+        if len(self.heap) > 2 * len(self.filed) + 64:
+            self.heap = [(t, node_id, r) for node_id, (t, r) in self.filed.items()]
+            heapq.heapify(self.heap)
+
+    def pop(self):
+        """The least recently touched filed node (None if it is gone), unfiled; raises
+        ``IndexError`` when nothing is filed."""
+        while True:
+            touch, node_id, ref = heapq.heappop(self.heap)
+            if self.filed.get(node_id, (None,))[0] == touch:
+                del self.filed[node_id]
+                return ref()
+
+    def __bool__(self) -> bool:
+        return bool(self.filed)
+
+    def check(self) -> None:
+        """One heap entry per filing; stale entries bounded (tests)."""
+        live = sum(1 for t, node_id, _ in self.heap if self.filed.get(node_id, (None,))[0] == t)
+        assert live == len(self.filed), f"{live} heap entries for {len(self.filed)} filed nodes"
+        assert len(self.heap) <= 2 * len(self.filed) + 64, f"{len(self.heap)} heap entries"
+
+
 class SWAIslandComponent(SWAComponent):
     """``SWAComponent`` whose device eviction goes by class: cold SWA, then retention windows,
     then the rest in upstream's LRU order (see the module docstring)."""
@@ -95,10 +143,7 @@ class SWAIslandComponent(SWAComponent):
 
     @staticmethod
     def _no_candidates() -> dict:
-        """Per class: ``filed`` (node id -> (touch, weak reference): the filed nodes) and ``heap``
-        ((touch, node id, weak reference) entries, least recent first; an entry whose touch is
-        not its node's filing any more is stale)."""
-        return {cls: {"filed": {}, "heap": []} for cls in (COLD, RETENTION)}
+        return {COLD: Candidates(), RETENTION: Candidates()}
 
     def make_device_lru_list(self, component_types, is_referenced=None) -> UnifiedLRUList:
         """The tree core's SWA device list (at every reset): a ``CandidateLRUList`` that touches
@@ -122,18 +167,8 @@ class SWAIslandComponent(SWAComponent):
         self._file(COLD, node)
 
     def _file(self, cls: int, node) -> None:
-        """File ``node`` as a candidate of ``cls`` at its touch (once per touch)."""
-        queue, touch = self._candidates[cls], self._touch_of(node)
-        filed = queue["filed"]
-        if node.id in filed and filed[node.id][0] == touch:
-            return
-        ref = weakref.ref(node)
-        filed[node.id] = (touch, ref)
-        heap = queue["heap"]
-        heapq.heappush(heap, (touch, node.id, ref))
-        if len(heap) > 2 * len(filed) + 64:  # mostly stale: rebuild from the filings
-            queue["heap"] = [(t, nid, r) for nid, (t, r) in filed.items()]
-            heapq.heapify(queue["heap"])
+        """File ``node`` as a candidate of ``cls`` at its touch."""
+        self._candidates[cls].file(node, self._touch_of(node))
 
     # ---- match ends -----------------------------------------------------------------------------
 
@@ -198,14 +233,10 @@ class SWAIslandComponent(SWAComponent):
     def _pop_candidate(self, cls: int) -> Optional["UnifiedTreeNode"]:
         """The oldest candidate of ``cls`` whose class is at most ``cls``; the candidates met
         before it are refiled (``RETENTION``) or dropped (covered better, locked, gone)."""
-        ct, queue = self.component_type, self._candidates[cls]
-        lru, filed, heap = self.tree_core.lru_lists[ct], queue["filed"], queue["heap"]
-        while heap:
-            touch, node_id, ref = heapq.heappop(heap)
-            if filed.get(node_id, (None,))[0] != touch:
-                continue  # stale: filed again since
-            del filed[node_id]
-            node = ref()
+        ct, candidates = self.component_type, self._candidates[cls]
+        lru = self.tree_core.lru_lists[ct]
+        while candidates:
+            node = candidates.pop()
             if node is None or not lru.in_list(node) or node.component_data[ct].lock_ref > 0:
                 continue  # gone, or locked: an unlock files it again
             node_class = self.eviction_class(node)
@@ -307,18 +338,15 @@ class SWAIslandComponent(SWAComponent):
         either; touches never decrease from the list's least to its most recently used end; each
         heap holds one entry per filed node, and no more than twice as many entries plus 64."""
         ct = self.component_type
-        for cls, queue in self._candidates.items():
-            filed, heap = queue["filed"], queue["heap"]
-            live = sum(1 for touch, nid, _ in heap if filed.get(nid, (None,))[0] == touch)
-            assert live == len(filed), f"class {cls}: {live} heap entries for {len(filed)} filed"
-            assert len(heap) <= 2 * len(filed) + 64, f"class {cls}: {len(heap)} heap entries"
+        for candidates in self._candidates.values():
+            candidates.check()
         lru = self.tree_core.lru_lists[ct]
         node, last_touch = lru.get_lru_no_lock(), 0
         while node is not None:
             assert self._touch_of(node) >= last_touch, f"node {node.id} touched out of list order"
             last_touch = self._touch_of(node)
             node_class = self.eviction_class(node)
-            filed = [c for c in (COLD, RETENTION) if node.id in self._candidates[c]["filed"]]
+            filed = [c for c in (COLD, RETENTION) if node.id in self._candidates[c]]
             if node_class == COLD:
                 assert COLD in filed, f"cold node {node.id} is not a COLD candidate"
             elif node_class == RETENTION:

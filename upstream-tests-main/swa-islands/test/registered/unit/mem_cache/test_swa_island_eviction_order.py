@@ -201,6 +201,20 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
                         (allocator.full_available_size(), allocator.swa_available_size()),
                         (allocator.size_full, allocator.size_swa))
 
+    def test_a_lock_whose_window_runs_into_a_tombstone_splits_nothing(self):
+        cache = self.build()
+        self.evict_swa(cache, COLD_TOKENS)  # tombstones [0,33) [64,97) [128,161)
+        match_prefix(cache, PROMPT[:112] + [7])  # splits [97,128) at 112
+        spans = [span for span, _ in self.nodes(cache)]
+        self.assertIn((97, 112), spans)
+        # [97,112) is shorter than the window, which runs on into the tombstone [64,97): a lock
+        # there has no live SWA to split off (the validator gives no hit at 112 either)
+        lock = cache.inc_lock_ref(dict(self.nodes(cache))[(97, 112)].id)
+        self.assertEqual([span for span, _ in self.nodes(cache)], spans)
+        self.assertEqual(cache.swa_protected_size(), 15)
+        cache.dec_lock_ref(dict(self.nodes(cache))[(97, 112)].id, lock.to_dec_params())
+        self.assertEqual(cache.swa_protected_size(), 0)
+
     def test_the_setting_picks_the_component_and_window_runs_on_the_python_core(self):
         for order, backend, component, core in (("lru", "rust", SWAComponent, "rust"),
                                                  ("lru", "python", SWAComponent, "python"),
