@@ -81,6 +81,7 @@ from islands_harness.ops import (  # noqa: E402
     wait_idle,
 )
 from islands_harness.server import (  # noqa: E402
+    BENIGN_TRACEBACK_WARNINGS,
     ServerError,
     SglangServer,
     process_tree_cpu_seconds,
@@ -111,17 +112,12 @@ RETRACTED = "sglang:num_retracted_requests_total"
 REQUEST_TIMEOUT_S = 900
 TRACEBACK = re.compile(r"^Traceback \(most recent call last\)", re.M)
 LOG_RECORD = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\] ", re.M)
-KNOWN_WARNINGS = {
-    "post-warmup freeze_gc failed":
-        "sglang 0.5.23 posts /freeze_gc right after boot even with --skip-server-warmup and logs "
-        "the refused connection with its traceback (stock behaviour, nothing served yet)",
-}
-"""Log records whose tracebacks are upstream's known, harmless warnings (record text -> why)."""
 
 
 def count_tracebacks(log: str) -> tuple[int, dict[str, int]]:
-    """Tracebacks in a server log, and, apart, those inside a record of :data:`KNOWN_WARNINGS`
-    (a record: a timestamped line and the lines up to the next one)."""
+    """Tracebacks in a server log, and, apart, those inside a record of one of upstream's benign
+    warnings (``islands_harness.server.BENIGN_TRACEBACK_WARNINGS``; a record: a timestamped line
+    and the lines up to the next one)."""
     starts = [m.start() for m in LOG_RECORD.finditer(log)]
     bounds = [0] + starts if not starts or starts[0] else starts
     unknown, known = 0, Counter()
@@ -130,9 +126,10 @@ def count_tracebacks(log: str) -> tuple[int, dict[str, int]]:
         n = len(TRACEBACK.findall(record))
         if not n:
             continue
-        head = LOG_RECORD.sub("", record.split("\n", 1)[0], count=1).strip()
-        if head in KNOWN_WARNINGS:
-            known[head] += n
+        warning = next((w for w in BENIGN_TRACEBACK_WARNINGS if w in record.split("\n", 1)[0]),
+                       None)
+        if warning is not None:
+            known[warning] += n
         else:
             unknown += n
     return unknown, dict(known)
@@ -554,9 +551,10 @@ def write_md(rep: dict[str, Any], path: pathlib.Path, command: str) -> None:
         f"{'alive' if rep['alive'] else 'DEAD'}; {rep['outputs_checked']} finished outputs and "
         f"{rep['abort_prefixes_checked']} aborted ones checked against transformers.", "",
     ]
-    for head, n in rep.get("known_warning_tracebacks", {}).items():
-        lines += [f"Not counted: {n} traceback(s) in the server's `{head}` warning: "
-                  f"{KNOWN_WARNINGS[head]}.", ""]
+    for warning, n in rep.get("known_warning_tracebacks", {}).items():
+        lines += [f"Not counted: {n} traceback(s) in the server's `{warning}` warning (sglang "
+                  "0.5.23 posts /freeze_gc at boot, before its port accepts connections; "
+                  "`islands_harness.server.BENIGN_TRACEBACK_WARNINGS`).", ""]
     if rep["failures"]:
         lines += ["Failures:", ""] + [f"- {f}" for f in rep["failures"]] + [""]
     lines += ["| requests | count |", "|---|---|"]

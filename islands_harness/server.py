@@ -87,6 +87,12 @@ GRPC_PORT_OFFSET = 10000
 """sglang's default ``SGLANG_GRPC_PORT`` is ``--port + 10000`` (validated to be <= 65535)."""
 PORT_RESERVATIONS = pathlib.Path(tempfile.gettempdir()) / "islands-harness-ports"
 BOOT_ATTEMPTS = 3
+
+BENIGN_TRACEBACK_WARNINGS = ("post-warmup freeze_gc failed",)
+"""Warnings the server logs with a traceback and survives, which are not an alarm: sglang 0.5.23's
+HTTP server posts /freeze_gc after warmup (also with ``--skip-server-warmup``) and, on a loaded
+machine, can do so before its own port accepts connections (a ConnectionRefusedError traceback at
+boot, before any request). Every other traceback is an alarm."""
 """Boots tried on fresh ports when a chosen port is taken before the server binds it."""
 
 

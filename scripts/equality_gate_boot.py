@@ -26,16 +26,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from islands_harness.client import Metrics, StreamingRequest, fetch_metrics  # noqa: E402
-from islands_harness.server import SglangServer  # noqa: E402
+from islands_harness.server import BENIGN_TRACEBACK_WARNINGS, SglangServer  # noqa: E402,F401
 
 SHIM_MARKER = "[wrong_frontier shim]"
 CUDA_BASE_ARGS = ("--device", "cuda", "--random-seed", "0", "--skip-server-warmup")
 
-# A warning the server logs with its traceback and survives: sglang 0.5.23's HTTP server posts
-# /freeze_gc after warmup and, on a loaded machine, can do so before its own port accepts
-# connections ("post-warmup freeze_gc failed" + a ConnectionRefusedError traceback, at boot, before
-# any request). Its traceback is not an alarm; every other one is.
-BENIGN_TRACEBACK_WARNINGS = ("post-warmup freeze_gc failed",)
 
 # Server-log lines that mean the server's own accounting checks fired.
 LOG_ALARMS = (
