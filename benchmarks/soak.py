@@ -37,7 +37,7 @@ Checks, each a failure of the run (exit 1) when violated:
   ids (``islands_harness.hf_oracle``, computed at each idle point for the requests since the last,
   while traffic is paused: wall time is about twice the traffic time); an aborted one, a prefix;
 - every malformed request got 400; no answer was a 5xx; the server never died;
-- at every idle point (traffic paused, the scheduler idle): nothing in use (``/v1/loads``), and
+- at every idle point (traffic paused, the scheduler idle): nothing in use (``/get_load``, ``/v1/loads`` on 0.5.23), and
   after ``/flush_cache`` the pool gauges equal the ones read the same way after boot (both pools
   back to the baseline: the tree evicts to empty);
 - the server log has no traceback;

@@ -61,8 +61,16 @@ def flush_ok(srv: SglangServer) -> None:
 
 def get_load(srv: SglangServer) -> dict:
     """The server's load summed over its DP ranks in the legacy ``/get_load`` shape
-    (``num_reqs``: running + waiting, ``num_waiting_reqs``, ``num_tokens``: tokens in use), read
-    from ``/v1/loads`` (core section), which both targets serve (0.5.23 dropped ``/get_load``)."""
+    (``num_reqs``: running + waiting, ``num_waiting_reqs``, ``num_tokens``: tokens in use).
+    0.5.15 serves ``/get_load`` (its ``/v1/loads`` answered 500 on the CPU server here); 0.5.23
+    dropped it, so a 404 falls back to ``/v1/loads`` (core section)."""
+    r = requests.get(f"{srv.base_url}/get_load", timeout=60)
+    if r.status_code != 404:
+        r.raise_for_status()
+        loads = r.json()
+        return {"num_reqs": sum(d["num_reqs"] for d in loads),
+                "num_waiting_reqs": sum(d["num_waiting_reqs"] for d in loads),
+                "num_tokens": sum(d["num_tokens"] for d in loads)}
     r = requests.get(f"{srv.base_url}/v1/loads", params={"include": "core"}, timeout=60)
     r.raise_for_status()
     loads = r.json()["loads"]
