@@ -81,9 +81,9 @@ from islands_harness.ops import (  # noqa: E402
     wait_idle,
 )
 from islands_harness.server import (  # noqa: E402
-    BENIGN_TRACEBACK_WARNINGS,
     ServerError,
     SglangServer,
+    drop_benign_warnings,
     process_tree_cpu_seconds,
     raise_keyboard_interrupt_on_signals,
 )
@@ -111,28 +111,11 @@ MAX_TRANSCRIPT = 1800  # a conversation longer than this starts over
 RETRACTED = "sglang:num_retracted_requests_total"
 REQUEST_TIMEOUT_S = 900
 TRACEBACK = re.compile(r"^Traceback \(most recent call last\)", re.M)
-LOG_RECORD = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\] ", re.M)
-
-
 def count_tracebacks(log: str) -> tuple[int, dict[str, int]]:
-    """Tracebacks in a server log, and, apart, those inside a record of one of upstream's benign
-    warnings (``islands_harness.server.BENIGN_TRACEBACK_WARNINGS``; a record: a timestamped line
-    and the lines up to the next one)."""
-    starts = [m.start() for m in LOG_RECORD.finditer(log)]
-    bounds = [0] + starts if not starts or starts[0] else starts
-    unknown, known = 0, Counter()
-    for a, b in zip(bounds, bounds[1:] + [len(log)]):
-        record = log[a:b]
-        n = len(TRACEBACK.findall(record))
-        if not n:
-            continue
-        warning = next((w for w in BENIGN_TRACEBACK_WARNINGS if w in record.split("\n", 1)[0]),
-                       None)
-        if warning is not None:
-            known[warning] += n
-        else:
-            unknown += n
-    return unknown, dict(known)
+    """Tracebacks in a server log, and, apart, those of upstream's benign warnings
+    (``islands_harness.server.drop_benign_warnings``)."""
+    rest, benign = drop_benign_warnings(log)
+    return len(TRACEBACK.findall(rest)), benign
 
 
 @dataclasses.dataclass

@@ -93,6 +93,26 @@ BENIGN_TRACEBACK_WARNINGS = ("post-warmup freeze_gc failed",)
 HTTP server posts /freeze_gc after warmup (also with ``--skip-server-warmup``) and, on a loaded
 machine, can do so before its own port accepts connections (a ConnectionRefusedError traceback at
 boot, before any request). Every other traceback is an alarm."""
+
+
+def drop_benign_warnings(text: str) -> tuple[str, dict[str, int]]:
+    """A server log without the records of :data:`BENIGN_TRACEBACK_WARNINGS` (a record: the
+    warning's line and the lines up to the next one that starts with ``[``, a timestamp), and the
+    tracebacks each dropped warning carried."""
+    kept, dropped, current = [], {}, None
+    for ln in text.splitlines(keepends=True):
+        warning = next((w for w in BENIGN_TRACEBACK_WARNINGS if w in ln), None)
+        if warning is not None:
+            current = warning
+            dropped.setdefault(warning, 0)
+            continue
+        if current is not None and ln.startswith("["):
+            current = None
+        if current is None:
+            kept.append(ln)
+        elif ln.startswith("Traceback (most recent call last)"):
+            dropped[current] += 1
+    return "".join(kept), {w: n for w, n in dropped.items() if n}
 """Boots tried on fresh ports when a chosen port is taken before the server binds it."""
 
 

@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from islands_harness.client import Metrics, StreamingRequest, fetch_metrics  # noqa: E402
-from islands_harness.server import BENIGN_TRACEBACK_WARNINGS, SglangServer  # noqa: E402,F401
+from islands_harness.server import SglangServer, drop_benign_warnings  # noqa: E402
 
 SHIM_MARKER = "[wrong_frontier shim]"
 CUDA_BASE_ARGS = ("--device", "cuda", "--random-seed", "0", "--skip-server-warmup")
@@ -105,18 +105,10 @@ def stream_generate(base_url: str, ids: list[int], n: int,
 
 
 def alarm_lines(text: str) -> list[str]:
-    """The log's alarm lines (``LOG_ALARMS``), less the traceback lines of a benign warning
-    (``BENIGN_TRACEBACK_WARNINGS``): from that warning's line to the next timestamped line."""
-    out, benign = [], False
-    for ln in text.splitlines():
-        if any(w in ln for w in BENIGN_TRACEBACK_WARNINGS):
-            benign = True
-            continue
-        if benign and ln.startswith("["):  # the next log record ends the warning's traceback
-            benign = False
-        if not benign and any(a in ln for a in LOG_ALARMS):
-            out.append(ln.strip()[:300])
-    return out
+    """The log's alarm lines (``LOG_ALARMS``), less those of a benign warning
+    (``islands_harness.server.drop_benign_warnings``)."""
+    text, _ = drop_benign_warnings(text)
+    return [ln.strip()[:300] for ln in text.splitlines() if any(a in ln for a in LOG_ALARMS)]
 
 
 class Boot:
