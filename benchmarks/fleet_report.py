@@ -126,7 +126,8 @@ def to_markdown(result: Dict[str, Any]) -> str:
         "`prefix_reuse.py` sends it to one server.",
         "",
         "Per class: fleet cached tokens (the responses' `meta_info.cached_tokens`, summed; the "
-        "workers' own logs give the same count, `cached (log)`), what a cache that forgets "
+        "workers' `sglang:cached_tokens_total` counters and their scheduler logs give the same "
+        "count), what a cache that forgets "
         "nothing could hit (*expected*: the same oracle as `prefix_reuse`, over the whole fleet), "
         "running while queued (mean `#running-req` over the decode steps of either worker with a "
         "non-empty queue, weighted by steps), retractions summed over the workers, requests per "
@@ -158,7 +159,7 @@ def to_markdown(result: Dict[str, Any]) -> str:
                 out.append(f"| {cls} | " + " | ".join(cells) + " |")
             out.append("")
     out += ["## Per worker", "",
-            "| pool | policy | class | arm | worker | requests | prompt | cached (log) | "
+            "| pool | policy | class | arm | worker | requests | prompt | cached | "
             "running while queued | max running | retractions | peak SWA used |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for pool in pools:
@@ -168,7 +169,7 @@ def to_markdown(result: Dict[str, Any]) -> str:
                     r = _cell(fleets, a, pool, policy, cls)
                     for i, w in enumerate(r["workers"] if r else []):
                         out.append(f"| {pool} | {policy} | {cls} | {a} | w{i} | "
-                                   f"{w['prefilled_requests']} | {w['prompt_tokens']:,} | "
+                                   f"{w['requests']} | {w['prompt_tokens']:,} | "
                                    f"{w['cached_tokens']:,} | {_f(w['running_while_queued'])} | "
                                    f"{w['max_running']} | {w['retractions']} | {w['peak_swa_used']:,} |")
     out += ["", "## Island arms against the best reference arm", "",

@@ -132,9 +132,12 @@ def _prefill(new_seq, new_tok, cached, run=0, queue=0):
 
 
 def test_worker_record_reads_its_log_slice():
-    w = worker_record([_prefill(2, 300, 1200, 0, 3), _decode(2, 3, 400), _decode(4, 1, 500),
-                       _decode(4, 0, 450), "[2026-12-04 02:00:01] #retracted_reqs: 1, x"])
-    assert w["prefilled_requests"] == 2 and w["prompt_tokens"] == 1500 and w["cached_tokens"] == 1200
+    counted = {"requests": 2.0, "prompt_tokens": 1500.0, "cached_tokens": 1200.0}
+    w = worker_record([_prefill(1, 300, 1200, 0, 3), _prefill(1, 0, 0, 1, 3), _decode(2, 3, 400),
+                       _decode(4, 1, 500), _decode(4, 0, 450),
+                       "[2026-12-04 02:00:01] #retracted_reqs: 1, x"], counted)
+    assert w["requests"] == 2 and w["prompt_tokens"] == 1500 and w["cached_tokens"] == 1200
+    assert w["cached_tokens_log"] == 1200 and w["retractions"] == 1
     assert w["running_while_queued"] == 3.0 and w["queued_steps"] == 2
     assert w["max_running"] == 4 and w["peak_swa_used"] == 500
 
@@ -145,7 +148,8 @@ def _rows(cached, n=4):
 
 
 def _fleet(arm, cached, rwq=15.0, retractions=0):
-    worker = {"prefilled_requests": 2, "prompt_tokens": 200, "cached_tokens": cached * 2,
+    worker = {"requests": 2, "prompt_tokens": 200, "cached_tokens": cached * 2,
+              "cached_tokens_log": cached * 2,
               "running_while_queued": rwq, "queued_steps": 3, "max_running": 16,
               "retractions": retractions, "peak_swa_used": 900}
     rec = fleet_record(_rows(cached), [worker, dict(worker)], 1.0)
@@ -154,7 +158,7 @@ def _fleet(arm, cached, rwq=15.0, retractions=0):
 
 def test_fleet_record_combines_responses_and_workers():
     rec = _fleet("islands", 50)["policies"]["cache_aware"]["fanout"]
-    assert rec["cached_tokens"] == 200 == rec["cached_tokens_logged"]
+    assert rec["cached_tokens"] == 200 == rec["cached_tokens_workers"] == rec["cached_tokens_log"]
     assert rec["cached_share"] == 0.5 and rec["requests_per_worker"] == [2, 2]
     assert rec["running_while_queued"] == 15.0
 
@@ -194,8 +198,8 @@ def test_cli_refuses_an_unknown_policy():
 @needs_router
 @pytest.mark.server
 def test_smoke_fleet_of_two_island_workers(tmp_path):
-    """Two islands workers behind cache_aware, the fanout class: every request answered, the
-    responses' cached tokens equal the workers' own logs, and the fleet hits."""
+    """Two islands workers behind cache_aware, the fanout class: every request answered by one
+    worker, the responses' cached tokens equal the workers' counters and logs, and the fleet hits."""
     r = subprocess.run([sys.executable, "benchmarks/fleet.py", "--smoke", "--arms", "islands",
                         "--pools", "0.10-eq", "--policies", "cache_aware", "--classes", "fanout",
                         "--out", str(tmp_path), "--log-dir", str(tmp_path / "logs")],
@@ -205,5 +209,5 @@ def test_smoke_fleet_of_two_island_workers(tmp_path):
     res = json.loads((tmp_path / "fleet_smoke.json").read_text())
     rec = res["fleets"][0]["policies"]["cache_aware"]["fanout"]
     assert rec["requests"] == sum(rec["requests_per_worker"]) > 0
-    assert rec["cached_tokens"] == rec["cached_tokens_logged"] > 0
+    assert rec["cached_tokens"] == rec["cached_tokens_workers"] == rec["cached_tokens_log"] > 0
     assert (tmp_path / "fleet_smoke.md").exists() and (tmp_path / "fleet_smoke.png").exists()
