@@ -87,6 +87,9 @@ def parse_args(argv=None):
     ap.add_argument("--settle", type=float, default=0.7, help="pause after each class, s")
     ap.add_argument("--boot-timeout", type=float, default=600.0, help="worker boot timeout, s")
     ap.add_argument("--request-timeout", type=float, default=3600.0, help="per request timeout, s")
+    ap.add_argument("--from-json", metavar="PATH", default=None,
+                    help="no server: rewrite the markdown and plot (and the comparison) from the "
+                         "JSON of an earlier run; with --md/--png/--out only, nothing else")
     a = ap.parse_args(argv)
     a.argv = list(sys.argv[1:] if argv is None else argv)
     a.arm_list = comma_choice(a.arms, list(ARMS), "arms", ap)
@@ -98,8 +101,24 @@ def parse_args(argv=None):
     return a
 
 
+def rebuild(a) -> int:
+    """``--from-json``: the comparison, markdown and plot from an earlier run's result."""
+    result = json.loads(pathlib.Path(a.from_json).read_text())
+    meta = {k: v for k, v in result.items()
+            if k not in ("fleets", "comparison", "comparison_summary", "png")}
+    paths = output_paths(a, {k: f"{a.stem}.{k}" for k in ("md", "png")}, None)
+    out = assemble(result["fleets"], meta)
+    out["png"] = result.get("png")
+    written = write_files(paths, {"md": write_text(to_markdown(out)),
+                                  "png": lambda p: plot(out, p)})
+    log(f"rebuilt {', '.join(written) or 'nothing (name --md/--png/--out)'} from {a.from_json}")
+    return 0
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
+    if a.from_json:
+        return rebuild(a)
     smg_binary()  # fail before any boot when the router is not installed
     mapping = admission_setup.plan_mapping()
     if a.eviction_interval is None:

@@ -3,7 +3,10 @@ island arm with the best reference arm, the markdown and the plot.
 
 Comparison, per (pool, policy, class): an island arm's fleet cached tokens >= the best reference
 arm's (``upstream``, ``upstream_knobs``, ``main``, ``main_knobs``, those run) - one page per
-request, and its fleet running while queued >= the best reference's - 1 (or it never queued).
+request; and where both it and the reference arm with the most running while queued queued for
+at least ``MIN_QUEUED_STEPS`` decode steps, its running while queued >= that reference's - 1. How
+long a worker queues is decided mostly by the router (which worker gets how many requests), so an
+arm that hardly queued is not judged on it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,14 @@ ISLAND_ARMS = ("islands", "islands_eager", "islands_auto", "main_islands", "main
 REFERENCE_ARMS = ("upstream", "upstream_knobs", "main", "main_knobs")
 RUNNING_SLACK = 1.0
 """Requests: an island arm's running while queued may be this much below the reference's."""
+MIN_QUEUED_STEPS = 10
+"""Decode steps with a non-empty queue (summed over the workers) before running while queued is
+compared."""
+
+
+def queued_steps(rec: Dict[str, Any]) -> int:
+    """Decode steps with a non-empty queue, summed over the fleet's workers."""
+    return sum(w["queued_steps"] for w in rec["workers"])
 
 
 def assemble(fleets: List[Dict[str, Any]], meta: Dict[str, Any]) -> Dict[str, Any]:
@@ -68,7 +79,7 @@ def compare(fleets: List[Dict[str, Any]], page: int = CPU.page) -> List[Dict[str
                 best_arm = max(refs, key=lambda a: refs[a]["cached_tokens"])
                 best = refs[best_arm]
                 queued = [r["running_while_queued"] for r in refs.values()
-                          if r["running_while_queued"] is not None]
+                          if queued_steps(r) >= MIN_QUEUED_STEPS]
                 for arm in arms:
                     rec = _cell(fleets, arm, pool, policy, cls) if arm in ISLAND_ARMS else None
                     if rec is None:
@@ -76,13 +87,15 @@ def compare(fleets: List[Dict[str, Any]], page: int = CPU.page) -> List[Dict[str
                     slack = page * rec["requests"]
                     cached_ok = rec["cached_tokens"] >= best["cached_tokens"] - slack
                     rwq = rec["running_while_queued"]
-                    run_ok = rwq is None or not queued or rwq >= max(queued) - RUNNING_SLACK
+                    judged = bool(queued) and queued_steps(rec) >= MIN_QUEUED_STEPS
+                    run_ok = not judged or rwq >= max(queued) - RUNNING_SLACK
                     rows.append({
                         "pool": pool, "policy": policy, "class": cls, "arm": arm,
                         "cached_tokens": rec["cached_tokens"], "reference_arm": best_arm,
                         "reference_cached_tokens": best["cached_tokens"], "slack": slack,
                         "running_while_queued": rwq,
                         "reference_running_while_queued": max(queued) if queued else None,
+                        "running_judged": judged,
                         "retractions": rec["retractions"],
                         "result": "PASS" if cached_ok and run_ok else "FAIL",
                         "detail": ("" if cached_ok else "fewer cached tokens; ")
@@ -147,14 +160,16 @@ def to_markdown(result: Dict[str, Any]) -> str:
                          f"{r['cached_share']:.3f} ({r['cached_tokens']:,})" for r in recs]
                 out.append(f"| {cls} | {exp['expected_share']:.3f} | " + " | ".join(cells) + " |"
                            if exp else f"| {cls} | – | " + " | ".join(cells) + " |")
-            out += ["", "Running while queued / retractions / requests per worker:", "",
+            out += ["", "Running while queued (decode steps that queued) / retractions / requests "
+                    "per worker:", "",
                     "| class | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
             for cls in classes:
                 cells = []
                 for a in arms:
                     r = _cell(fleets, a, pool, policy, cls)
                     cells.append("–" if r is None else
-                                 f"{_f(r['running_while_queued'])} / {r['retractions']} / "
+                                 f"{_f(r['running_while_queued'])} ({queued_steps(r)}) / "
+                                 f"{r['retractions']} / "
                                  f"{'+'.join(str(n) for n in r['requests_per_worker'])}")
                 out.append(f"| {cls} | " + " | ".join(cells) + " |")
             out.append("")
@@ -174,13 +189,16 @@ def to_markdown(result: Dict[str, Any]) -> str:
                                    f"{w['max_running']} | {w['retractions']} | {w['peak_swa_used']:,} |")
     out += ["", "## Island arms against the best reference arm", "",
             f"Cached tokens >= the best of {', '.join(a for a in REFERENCE_ARMS if a in arms)} "
-            f"- one page per request, and running while queued >= its best - {RUNNING_SLACK:g}.",
+            f"- one page per request; running while queued >= the reference arms' best - "
+            f"{RUNNING_SLACK:g} where both queued for at least {MIN_QUEUED_STEPS} decode steps "
+            "(`n/j`: not judged, one of them hardly queued).",
             "", "| pool | policy | class | island arm | cached | reference | running while queued "
             "(ref) | retractions | result |", "|---|---|---|---|---|---|---|---|---|"]
     for r in result["comparison"]:
         out.append(f"| {r['pool']} | {r['policy']} | {r['class']} | {r['arm']} | "
                    f"{r['cached_tokens']:,} | {r['reference_cached_tokens']:,} ({r['reference_arm']}) | "
-                   f"{_f(r['running_while_queued'])} ({_f(r['reference_running_while_queued'])}) | "
+                   f"{_f(r['running_while_queued'])} ({_f(r['reference_running_while_queued'])})"
+                   f"{'' if r['running_judged'] else ' n/j'} | "
                    f"{r['retractions']} | **{r['result']}**"
                    + (f" {r['detail'].strip('; ')}" if r["detail"] else "") + " |")
     s = result["comparison_summary"]

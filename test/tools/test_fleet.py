@@ -150,7 +150,7 @@ def _rows(cached, n=4):
 def _fleet(arm, cached, rwq=15.0, retractions=0):
     worker = {"requests": 2, "prompt_tokens": 200, "cached_tokens": cached * 2,
               "cached_tokens_log": cached * 2,
-              "running_while_queued": rwq, "queued_steps": 3, "max_running": 16,
+              "running_while_queued": rwq, "queued_steps": 6, "max_running": 16,
               "retractions": retractions, "peak_swa_used": 900}
     rec = fleet_record(_rows(cached), [worker, dict(worker)], 1.0)
     return {"arm": arm, "pool": "0.10-eq", "policies": {"cache_aware": {"fanout": rec}}}
@@ -173,6 +173,12 @@ def test_comparison_takes_the_best_reference_and_the_slack():
     assert rows["main_islands"]["result"] == "FAIL"
     assert "running" in rows["main_islands"]["detail"]
     assert compare([_fleet("islands", 10)]) == []  # nothing to compare with
+    # an arm that hardly queued is not judged on running while queued
+    few = _fleet("main_islands", 60, rwq=2.0)
+    for w in few["policies"]["cache_aware"]["fanout"]["workers"]:
+        w["queued_steps"] = 1
+    (row,) = compare([_fleet("main", 60), few])
+    assert row["result"] == "PASS" and not row["running_judged"]
 
 
 def test_report_and_plot(tmp_path):
@@ -185,6 +191,16 @@ def test_report_and_plot(tmp_path):
     assert "| fanout | " in md and "**FAIL**" in md and "0 PASS, 1 FAIL." in md
     plot(res, tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 1000
+
+
+def test_committed_result_regenerates_byte_identical(tmp_path):
+    """The committed markdown is what --from-json writes from the committed JSON."""
+    committed = _ROOT / "benchmarks" / "results" / "fleet_quick.md"
+    r = subprocess.run([sys.executable, "benchmarks/fleet.py", "--quick", "--from-json",
+                        str(committed.with_suffix(".json")), "--md", str(tmp_path / "f.md")],
+                       cwd=_ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "f.md").read_text() == committed.read_text()
 
 
 def test_cli_refuses_an_unknown_policy():
