@@ -108,7 +108,7 @@ def rebuild(a) -> int:
             if k not in ("fleets", "comparison", "comparison_summary", "png")}
     paths = output_paths(a, {k: f"{a.stem}.{k}" for k in ("md", "png")}, None)
     out = assemble(result["fleets"], meta)
-    out["png"] = result.get("png")
+    out["png"] = str(paths["png"]) if paths["png"] else result.get("png")
     written = write_files(paths, {"md": write_text(to_markdown(out)),
                                   "png": lambda p: plot(out, p)})
     log(f"rebuilt {', '.join(written) or 'nothing (name --md/--png/--out)'} from {a.from_json}")
