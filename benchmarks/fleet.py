@@ -43,7 +43,7 @@ from fleet_report import assemble, plot, to_markdown  # noqa: E402
 from fleet_run import WORKERS, log, run_fleet  # noqa: E402
 from islands_harness.provenance import git_head  # noqa: E402
 from islands_harness.router import POLICIES, smg_binary  # noqa: E402
-from prefix_reuse_arms import ARMS, comma_choice, pool_table  # noqa: E402
+from prefix_reuse_arms import ARMS, POOLS, comma_choice, pool_table  # noqa: E402
 from prefix_reuse_workloads import CLASSES, PRESETS, build_scripts, check_workload  # noqa: E402
 
 ROOT = _bench_path.ROOT
@@ -70,7 +70,7 @@ def parse_args(argv=None):
                     help=f"comma list of prefix_reuse arms: {','.join(ARMS)} "
                          f"(default {','.join(DEFAULT_ARMS)})")
     ap.add_argument("--pools", default=",".join(DEFAULT_POOLS),
-                    help=f"comma list of pools: ample,0.17-eq,0.10-eq (default {','.join(DEFAULT_POOLS)})")
+                    help=f"comma list of pools: {','.join(POOLS)} (default {','.join(DEFAULT_POOLS)})")
     ap.add_argument("--policies", default=",".join(POLICIES),
                     help=f"comma list of router policies: {','.join(POLICIES)} (default both)")
     ap.add_argument("--classes", default=",".join(DEFAULT_CLASSES),
@@ -93,7 +93,7 @@ def parse_args(argv=None):
     a = ap.parse_args(argv)
     a.argv = list(sys.argv[1:] if argv is None else argv)
     a.arm_list = comma_choice(a.arms, list(ARMS), "arms", ap)
-    a.pool_list = comma_choice(a.pools, ("ample", "0.17-eq", "0.10-eq"), "pools", ap)
+    a.pool_list = comma_choice(a.pools, POOLS, "pools", ap)
     a.policy_list = comma_choice(a.policies, POLICIES, "policies", ap)
     a.class_list = comma_choice(a.classes, CLASSES, "classes", ap)
     a.preset = "quick" if a.quick else "smoke" if a.smoke else "full"
