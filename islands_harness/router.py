@@ -45,7 +45,10 @@ class SmgRouter:
 
     def __init__(self, worker_urls: Sequence[str], policy: str, *, log_path: str | os.PathLike,
                  extra_args: Sequence[str] = (), boot_timeout_s: float = 60.0,
-                 venv: pathlib.Path = ROUTER_VENV):
+                 shutdown_grace_s: int = 1, venv: pathlib.Path = ROUTER_VENV):
+        """``shutdown_grace_s``: smg's wait for in-flight requests at SIGTERM (its default, 180 s,
+        holds an idle router about 5 s; the harness stops a router only once its requests are
+        answered)."""
         if not worker_urls:
             raise ValueError("a router needs at least one worker URL")
         self.worker_urls = list(worker_urls)
@@ -53,6 +56,7 @@ class SmgRouter:
         self.log_path = pathlib.Path(log_path)
         self.extra_args = [str(a) for a in extra_args]
         self.boot_timeout_s = boot_timeout_s
+        self.shutdown_grace_s = shutdown_grace_s
         self.exe = smg_binary(venv)
         self.proc: subprocess.Popen | None = None
         self._reservations = []
@@ -66,7 +70,8 @@ class SmgRouter:
         return [str(self.exe), "launch", "--host", HOST, "--port", str(port),
                 "--prometheus-host", HOST, "--prometheus-port", str(prometheus_port),
                 "--worker-urls", *self.worker_urls, "--policy", self.policy,
-                "--log-level", "warn", *self.extra_args]
+                "--log-level", "warn", "--shutdown-grace-period-secs", str(self.shutdown_grace_s),
+                *self.extra_args]
 
     def start(self) -> "SmgRouter":
         if self.proc is not None:
