@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build .venv-router: the SGLang fleet router, Shepherd Model Gateway (`smg`, pinned), for
-# benchmarks/fleet.py and test/tools/test_router.py.
+# benchmarks/fleet.py and test/tools/test_fleet.py.
 #
 #   scripts/setup_router.sh          .venv-router (idempotent; seconds once the wheel is cached)
 #   VENV=DIR scripts/setup_router.sh another directory
