@@ -61,10 +61,12 @@ COUNTERS = {
 }
 
 
-def counter_deltas(before: Metrics, after: Metrics) -> Dict[str, float]:
-    """Growth of each of ``COUNTERS`` between two scrapes (summed over label sets; absent: 0)."""
+def counter_deltas(before: Metrics, after: Metrics,
+                   counters: Optional[Dict[str, str]] = None) -> Dict[str, float]:
+    """Growth of each of ``counters`` (default ``COUNTERS``; key: metric name) between two scrapes
+    (summed over label sets; absent: 0)."""
     return {k: after.value(n, default=0.0) - before.value(n, default=0.0)
-            for k, n in COUNTERS.items()}
+            for k, n in (COUNTERS if counters is None else counters).items()}
 
 
 def time_weighted_mean(samples: Sequence[Tuple[float, float]], t0: float, t1: float) -> Optional[float]:

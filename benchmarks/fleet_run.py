@@ -19,6 +19,7 @@ from contextlib import ExitStack
 from typing import Any, Callable, Dict, List, Sequence
 
 import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on sys.path)
+from admission_run import counter_deltas
 from islands_harness import sched_log
 from islands_harness.client import fetch_metrics
 from islands_harness.main_arm import main_islands_python, main_python
@@ -70,12 +71,6 @@ def worker_record(lines: List[str], counted: Dict[str, float]) -> Dict[str, Any]
     }
 
 
-def counted_since(before, after) -> Dict[str, float]:
-    """Growth of each of ``REQUEST_COUNTERS`` between two ``/metrics`` scrapes."""
-    return {k: after.value(n, default=0.0) - before.value(n, default=0.0)
-            for k, n in REQUEST_COUNTERS.items()}
-
-
 def fleet_record(rows: List[Dict[str, Any]], workers: List[Dict[str, Any]], wall_s: float,
                  page: int = CPU.page) -> Dict[str, Any]:
     """The fleet's figures for one class: responses summed, workers' logs combined."""
@@ -116,7 +111,8 @@ def run_class_through(router: SmgRouter, servers: Sequence[Any], cls: str, scrip
                      timeout=a.request_timeout)
     wall = time.monotonic() - t0
     time.sleep(settle_s)  # the last decode lines land
-    workers = [worker_record(t.text().splitlines(), counted_since(b, fetch_metrics(s.base_url)))
+    workers = [worker_record(t.text().splitlines(),
+                             counter_deltas(b, fetch_metrics(s.base_url), REQUEST_COUNTERS))
                for t, b, s in zip(tails, before, servers)]
     return fleet_record(rows, workers, wall)
 
