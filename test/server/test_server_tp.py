@@ -85,6 +85,10 @@ def run_server(model, workload, tp: int, python: str | None = None, dp: int = 1)
     args = SERVER_ARGS + ["--enable-swa-islands", "--tp-size", str(tp), "--dp-size", str(dp)]
     with SglangServer(model, args, env=env, omp_threads=1, boot_timeout_s=600,
                       python=python) as srv:
+        # start from an empty tree: a slow boot makes the harness's /health_generate poll time out
+        # and send another, and a straggling health request (input [0]) may still reach the tree
+        # while the first workload request runs, which changes the digest but no output
+        flush_cache_when_idle(srv)
         outputs, cached, digests = {}, {}, []
         for name, ids, n, _ in seq:
             r = generate(srv.base_url, ids, n, timeout=300)
