@@ -55,7 +55,7 @@ OVERLAY = REPO / "python-main" / "sglang"
 # Modules of the 0.5.15 target's tree that the 0.5.23 target installs as they are: the pure
 # formulas, defined once for both (package-relative paths under python/sglang/).
 SHARED_ROOT = REPO / "python" / "sglang"
-SHARED = ("srt/mem_cache/swa_island_formulas.py",)
+SHARED = ("srt/mem_cache/swa_island_formulas.py", "srt/mem_cache/swa_island_queue.py")
 SERIES_FILES = {"islands": "series", "stock": "series-stock"}
 MANIFEST_NAME = ".islands_harness_main_patches.json"
 

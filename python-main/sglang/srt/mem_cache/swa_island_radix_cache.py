@@ -43,15 +43,24 @@ core). Vocabulary and formulas:
   elsewhere while the free SWA pool is below ``reclaim_watermark`` (one prefill chunk).
 - eviction order (``--swa-islands-eviction``): ``lru`` (default) keeps upstream's SWA walk on
   either tree core; ``window`` swaps in ``SWAIslandComponent`` (cold SWA before retention windows
-  before the rest, ``unified_cache.components.swa_island``) through upstream's
-  ``component_registry_override``, which selects the Python tree core.
+  before the other windows before queued hits', ``unified_cache.components.swa_island``) through
+  upstream's ``component_registry_override``, which selects the Python tree core.
+- queued hits (``window`` only): ``on_request_queued`` (the scheduler calls it when a request joins
+  the waiting queue, new or retracted) matches the request once and keeps the node its match
+  ends at as its queued hit until its first ``checkpoint`` or its release; every checkpoint then
+  matches again the waiting requests whose hit lies on the committed path and whose next page
+  continues along it (``QueuedHitIndex.continuing``). One match per arriving request and per
+  request a commit moves; no host sync.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.common import _req_radix_key
+from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.swa_island_formulas import (
     EVICTION_ORDERS,
     RECLAIM_POLICIES,
@@ -110,6 +119,10 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         self._island_window = (self.swa_retain_window or 0) + 1
         # Whether decode islands run at all (an SWA tree that is not disabled).
         self._islands_active = self.is_swa_enabled and not self.disable
+        # Queued hits: kept by the window order's component (None under ``lru``).
+        self._swa_island_component = (
+            self.components[ComponentType.SWA]
+            if isinstance(self.components.get(ComponentType.SWA), SWAIslandComponent) else None)
         if self._islands_active:
             check_swa_island_pool(self, params.chunked_prefill_size)
 
@@ -127,6 +140,53 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         if self.swa_islands_reclaim == "eager" or not self.lazy_reclaim_fits:
             return True
         return self.token_to_kv_pool_allocator.swa_available_size() < self.reclaim_watermark
+
+    # ---- queued hits (window order) ---------------------------------------------------------------
+
+    def on_request_queued(self, req: "Req") -> None:
+        """``req`` joined the waiting queue (new, or retracted and queued again, then at the end):
+        the node its match ends at becomes its queued hit, whose window eviction takes last, until
+        its first checkpoint (admission locks its own match before that) or its release."""
+        if self._swa_island_component is None or self.disable:
+            return
+        self._queue_match(req)
+
+    def _queue_match(self, req: "Req") -> None:
+        """Match ``req`` once (``match_prefix``, as admission will) and file the match end as its
+        queued hit, under the child key its next page would continue on."""
+        token_ids = req.origin_input_ids + req.output_ids
+        result = self.match_prefix(MatchPrefixParams(key=_req_radix_key(self, req, token_ids)))
+        node = self.resolve_node_handle(result.last_device_node)
+        hit, page = result.device_prefix_len, self.page_size
+        is_eagle = self.tree_core.is_eagle
+        nxt = token_ids[hit: hit + page + (1 if is_eagle else 0)]
+        edge = None
+        if len(nxt) >= page + (1 if is_eagle else 0):
+            edge = RadixKey(nxt, req.extra_key, is_bigram=is_eagle,
+                            cache_salt=req.cache_salt).child_key(page)
+        self._swa_island_component.queued.set(req, node, edge)
+
+    def checkpoint_into_tree(self, req: "Req", *, up_to: int, **kwargs) -> None:
+        """Main's insert; under the window order the request's queued hit ends at its first
+        checkpoint, and the waiting requests that continue along the committed path match again
+        (their deeper hit becomes their queued hit)."""
+        component = self._swa_island_component
+        if component is None:
+            return super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
+        component.queued.drop(req)
+        super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
+        path, node = [], self.resolve_node_handle(req.last_node)
+        root = self.tree_core.root_node
+        while node is not None and node is not root:
+            path.append(node)
+            node = node.parent
+        for waiting in component.queued.continuing(reversed(path), self.page_size):
+            self._queue_match(waiting)
+
+    def on_release(self, req: "Req", *, checkpointed: bool) -> None:
+        if self._swa_island_component is not None:
+            self._swa_island_component.queued.drop(req)
+        super().on_release(req, checkpointed=checkpointed)
 
     # ---- decode islands -------------------------------------------------------------------------
 

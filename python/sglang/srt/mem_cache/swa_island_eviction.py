@@ -34,8 +34,9 @@ classes up to ``c``.
   (not known to be protected); one leaving it leaves its class.
 - :class:`EvictionClasses`: one heap per class, in list order; stale entries (a node moved,
   reclassified or gone) are dropped or re-filed lazily when they reach the top.
-- :class:`QueuedHits`: waiting requests' queued hits by request, in arrival order, and their
-  match ends with a count, so "is this node a queued hit" and "how many are there" cost O(1).
+- :class:`QueuedHits` (``swa_island_queue``, shared with the 0.5.23 target): waiting requests'
+  queued hits by request, in arrival order, and their match ends with a count, so "is this node
+  a queued hit" and "how many are there" cost O(1).
 
 Invariant (what makes skipping exact): a node filed under class ``c`` > :data:`COLD` is covered
 by the live window of a match end of category ``>= c``. Whatever can break such a cover moves the
@@ -50,6 +51,7 @@ import weakref
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from sglang.srt.mem_cache.swa_island_formulas import CLASSES, COLD, QUEUED, RETENTION, WINDOW  # noqa: F401
+from sglang.srt.mem_cache.swa_island_queue import QueuedHits  # noqa: F401  (re-exported)
 from sglang.srt.mem_cache.swa_radix_cache import LRUList, TreeNode
 
 if TYPE_CHECKING:
@@ -232,96 +234,3 @@ class EvictionClasses:
                     seen[node_id] = seen.get(node_id, 0) + 1
         assert all(v == 1 for v in seen.values()), "a node has two current entries"
         assert len(seen) == sum(self._size), (len(seen), self._size)
-
-
-class QueuedHits:
-    """Queued hits: the match end each waiting request would hit, by request (weakly: a request
-    dropped from the queue drops its entry), in arrival order; an update keeps the request's
-    place. ``node in hits.nodes`` and ``len(hits.nodes)`` (distinct match ends, the root left
-    out) cost O(1); ``on_released(node)`` runs when no queued request hits ``node`` any more.
-
-    Entries of requests that were garbage-collected leave at the next :meth:`reap` (each update
-    and :meth:`reap` itself), so the set a caller reads does not change under it.
-    """
-
-    def __init__(self, root: TreeNode, on_released: Callable[[TreeNode], None]):
-        self._root = root
-        self._on_released = on_released
-        self._hit: Dict[weakref.ref, TreeNode] = {}
-        self._count: Dict[TreeNode, int] = {}
-        self._gone: List[weakref.ref] = []
-        self.nodes = _HitNodes(self._count, root)
-
-    # mapping of request -> match end, in arrival order
-    def __getitem__(self, req: "Req") -> TreeNode:
-        return self._hit[weakref.ref(req)]
-
-    def __contains__(self, req: "Req") -> bool:
-        return weakref.ref(req) in self._hit
-
-    def __len__(self) -> int:
-        return sum(1 for ref in self._hit if ref() is not None)
-
-    def __iter__(self) -> Iterator["Req"]:
-        return (req for req in (ref() for ref in list(self._hit)) if req is not None)
-
-    def values(self) -> List[TreeNode]:
-        return [node for ref, node in self._hit.items() if ref() is not None]
-
-    def set(self, req: "Req", node: TreeNode) -> None:
-        self.reap()
-        key = weakref.ref(req)
-        old = self._hit.get(key)
-        if old is None:
-            key = weakref.ref(req, self._gone.append)
-        self._hit[key] = node
-        if old is node:
-            return
-        self._count[node] = self._count.get(node, 0) + 1
-        if old is not None:
-            self._release(old)
-
-    def drop(self, req: "Req") -> None:
-        self.reap()
-        node = self._hit.pop(weakref.ref(req), None)
-        if node is not None:
-            self._release(node)
-
-    def reap(self) -> None:
-        """Forget requests that were garbage-collected while queued."""
-        while self._gone:
-            node = self._hit.pop(self._gone.pop(), None)
-            if node is not None:
-                self._release(node)
-
-    def in_order(self) -> List[TreeNode]:
-        """Distinct match ends in arrival order of their first request, the root left out."""
-        return [n for n in dict.fromkeys(self._hit.values()) if n is not self._root]
-
-    def _release(self, node: TreeNode) -> None:
-        left = self._count[node] - 1
-        if left:
-            self._count[node] = left
-            return
-        del self._count[node]
-        if node is not self._root:
-            self._on_released(node)
-
-
-class _HitNodes:
-    """Read-only view: the match ends of queued hits (the root left out)."""
-
-    __slots__ = ("_count", "_root")
-
-    def __init__(self, count: Dict[TreeNode, int], root: TreeNode):
-        self._count = count
-        self._root = root
-
-    def __contains__(self, node: TreeNode) -> bool:
-        return node in self._count and node is not self._root
-
-    def __len__(self) -> int:
-        return len(self._count) - (self._root in self._count)
-
-    def __iter__(self) -> Iterator[TreeNode]:
-        return (n for n in self._count if n is not self._root)

@@ -4,9 +4,11 @@
 ``SWAIslandComponent`` is upstream's ``SWAComponent`` with one change: its device eviction gives
 SWA up by eviction class (``swa_island_formulas.CLASSES``) instead of one LRU walk. Every step
 takes cold SWA (no kept window needs it), oldest first, while there is any; then the windows of
-retention points only; then upstream's walk (everything, LRU order). So while cold SWA remains no
-window that ends a match point is tombstoned (no cliff), and retention windows go before the
-windows requests matched.
+retention points only; then upstream's walk (LRU order) over everything but queued hits' windows;
+then queued hits' windows, the latest queued request's first (``swa_island_queued``); then
+upstream's walk over what is left. So while cold SWA remains no window that ends a match point is
+tombstoned (no cliff), retention windows go before the windows requests matched, and the window a
+waiting request will hit goes last.
 
 Match ends (units: tokens; ``w`` = the retained window ``sliding_window_size``, the contiguous live
 SWA upstream's match validator needs behind a match end; ``p`` = the page):
@@ -15,7 +17,11 @@ SWA upstream's match validator needs behind a match end; ``p`` = the page):
   island or chunk), a junction (two or more children: where requests diverged) and a node a
   match ended at (``LRURefreshPhase.MATCH_END`` stamps it);
 - ``RETENTION`` ends: a node an insert ended at (``LRURefreshPhase.INSERT_END``: chunk ends,
-  prompt ends, decode islands) that is neither of the above.
+  prompt ends, decode islands) that is neither of the above;
+- ``QUEUED`` ends: the queued hit of a waiting request (``QueuedHitIndex``), until its first
+  commit. A node whose single-child path reaches a queued hit within ``w`` is ``QUEUED``; a
+  junction on the way ends the walk as a ``WINDOW`` (the nodes above a junction are then covered
+  as the junction's window, not as the queued hit's below it).
 
 A stamp lives in the node's SWA ``metadata`` under :data:`MATCH_END_KEY`. Upstream's split keeps
 the node object on the suffix (``redistribute_on_node_split``), so a stamp stays at the end it
@@ -57,9 +63,16 @@ import heapq
 import weakref
 from typing import TYPE_CHECKING, Optional
 
-from sglang.srt.mem_cache.swa_island_formulas import COLD, RETENTION, WINDOW, window_lock_tokens
+from sglang.srt.mem_cache.swa_island_formulas import (
+    COLD,
+    QUEUED,
+    RETENTION,
+    WINDOW,
+    window_lock_tokens,
+)
 from sglang.srt.mem_cache.unified_cache.components.base import EvictLayer, LRURefreshPhase
 from sglang.srt.mem_cache.unified_cache.components.swa import SWAComponent
+from sglang.srt.mem_cache.unified_cache.components.swa_island_queued import QueuedHitIndex
 from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedLRUList
 
 if TYPE_CHECKING:
@@ -131,15 +144,19 @@ class Candidates:
 
 class SWAIslandComponent(SWAComponent):
     """``SWAComponent`` whose device eviction goes by class: cold SWA, then retention windows,
-    then the rest in upstream's LRU order (see the module docstring)."""
+    then the other windows in upstream's LRU order, then queued hits' (see the module docstring).
+    ``queued``: the waiting requests' queued hits, which the island cache keeps."""
 
     def __init__(self, cache, params):
         super().__init__(cache, params)
         # Tokens of contiguous live SWA a match end needs behind it (upstream's match validator).
         self.window_span = self.sliding_window_size
         self._walk_cursor = None
+        self._walk_done = False  # this call's walk over everything but queued hits met its end
+        self._queued_walk: Optional[list] = None  # this call's queued hits left, latest last
         self._clock = 0  # the last touch given
         self._candidates = self._no_candidates()
+        self.queued: Optional[QueuedHitIndex] = None  # made with the list, at every reset
 
     @staticmethod
     def _no_candidates() -> dict:
@@ -147,8 +164,10 @@ class SWAIslandComponent(SWAComponent):
 
     def make_device_lru_list(self, component_types, is_referenced=None) -> UnifiedLRUList:
         """The tree core's SWA device list (at every reset): a ``CandidateLRUList`` that touches
-        and files as ``COLD`` candidates what it adds; the candidates start over with it."""
+        and files as ``COLD`` candidates what it adds; the candidates and the queued hits start
+        over with it."""
         self._candidates = self._no_candidates()
+        self.queued = QueuedHitIndex(self.tree_core.root_node)
         return CandidateLRUList(self.component_type, component_types, on_add=self._on_add,
                                 is_referenced=is_referenced)
 
@@ -186,14 +205,16 @@ class SWAIslandComponent(SWAComponent):
     def eviction_class(self, node: "UnifiedTreeNode") -> int:
         """The class of the live node ``node``: the highest category of the match ends whose
         windows cover it, ``COLD`` when none does. At most ``w / p`` node steps."""
-        ct = self.component_type
+        ct, queued = self.component_type, self.queued.hits.nodes
         cls, cur, below = COLD, node, 0  # below: tokens from node's end down to cur's end
         while True:
+            if cur in queued:
+                return QUEUED
             children = cur.children
             if len(children) != 1:  # a leaf or a junction
                 return WINDOW
             category = cur.component_data[ct].metadata.get(MATCH_END_KEY, COLD)
-            if category >= WINDOW:
+            if category >= WINDOW and not queued:  # nothing below can be a queued hit
                 return WINDOW
             cls = max(cls, category)
             (child,) = children.values()
@@ -207,12 +228,18 @@ class SWAIslandComponent(SWAComponent):
     def _evict_device_start(self, request_cnt: int) -> None:
         super()._evict_device_start(request_cnt)
         self._walk_cursor = None  # upstream's walk of this call: not started
+        self._walk_done = False
+        self._queued_walk = None
+        self.queued.hits.reap()  # waiting requests garbage-collected since: not queued any more
 
     def _evict_device_next_node(self, tracker, device_frees, host_frees, cache_actions):
         """One upstream step at the next victim: the oldest ``COLD`` candidate of class ``COLD``,
-        else the oldest ``RETENTION`` candidate of class ``RETENTION``, else upstream's own walk
-        from the LRU tail (resumed where this call's last walk step left it). Candidates come
-        first at every step, so what a window's eviction uncovers goes before the next window."""
+        else the oldest ``RETENTION`` candidate of class ``RETENTION``, else the next node of
+        upstream's walk from the LRU tail that is not ``QUEUED`` (resumed where this call's last
+        walk step left it), else the latest queued hit's end, else upstream's own walk. Candidates
+        come first at every step, so what a window's eviction uncovers goes before the next
+        window; a queued hit's eviction restarts the walk, since what it uncovered may be another
+        match end's window, which goes before the next queued hit."""
         if (self.tree_core.enable_session_radix_cache
                 or tracker[self.component_type] >= self._evict_device_request_cnt):
             return super()._evict_device_next_node(tracker, device_frees, host_frees,
@@ -224,11 +251,38 @@ class SWAIslandComponent(SWAComponent):
             return super()._evict_device_next_node(tracker, device_frees, host_frees,
                                                    cache_actions)
         lru = self.tree_core.lru_lists[self.component_type]
-        self._evict_device_cursor = (self._walk_cursor if self._walk_cursor is not None
-                                     else lru.get_lru_no_lock())
-        out = super()._evict_device_next_node(tracker, device_frees, host_frees, cache_actions)
-        self._walk_cursor = self._evict_device_cursor
-        return out
+        if not self._walk_done:
+            cursor = self._walk_cursor
+            if cursor is None or not lru.in_list(cursor):
+                cursor = lru.get_lru_no_lock()
+            if self.queued.hits.nodes:  # O(nodes skipped), each O(w / p)
+                while cursor is not None and self.eviction_class(cursor) == QUEUED:
+                    cursor = lru.get_prev_no_lock(cursor)
+            if cursor is not None:
+                self._evict_device_cursor = cursor
+                out = super()._evict_device_next_node(tracker, device_frees, host_frees,
+                                                      cache_actions)
+                self._walk_cursor = self._evict_device_cursor
+                return out
+            self._walk_done = True
+        victim = self._next_queued_victim()
+        if victim is not None:
+            self._walk_done, self._walk_cursor = False, None
+        self._evict_device_cursor = victim if victim is not None else lru.get_lru_no_lock()
+        return super()._evict_device_next_node(tracker, device_frees, host_frees, cache_actions)
+
+    def _next_queued_victim(self) -> Optional["UnifiedTreeNode"]:
+        """The end of the latest queued hit not yet taken in this call that is live and
+        unlocked (None when none is): evicting it breaks that hit's window, whose other nodes
+        are then candidates (``_file_above``). O(queued hits) once per call that gets this far."""
+        if self._queued_walk is None:
+            self._queued_walk = self.queued.hits.in_order()
+        ct, lru = self.component_type, self.tree_core.lru_lists[self.component_type]
+        while self._queued_walk:
+            node = self._queued_walk.pop()
+            if lru.in_list(node) and node.component_data[ct].lock_ref == 0:
+                return node
+        return None
 
     def _pop_candidate(self, cls: int) -> Optional["UnifiedTreeNode"]:
         """The oldest candidate of ``cls`` whose class is at most ``cls``; the candidates met
@@ -338,6 +392,7 @@ class SWAIslandComponent(SWAComponent):
         either; touches never decrease from the list's least to its most recently used end; each
         heap holds one entry per filed node, and no more than twice as many entries plus 64."""
         ct = self.component_type
+        self.queued.hits.reap()
         for candidates in self._candidates.values():
             candidates.check()
         lru = self.tree_core.lru_lists[ct]

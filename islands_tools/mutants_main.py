@@ -1,0 +1,110 @@
+"""Targeted mutants of the 0.5.23 island code (window order, queued hits, the scheduler hook):
+each one is written into ``.venv-main-islands``' installed copy, the upstream-layout unit tests
+that cover it run, and the copy is restored (also on failure or Ctrl-C). A mutant the tests do not
+kill is a hole in them. Complements ``scripts/mutation.sh`` (cosmic-ray over the 0.5.15 modules).
+
+    .venv-main-islands/bin/python -m islands_tools.mutants_main            run every mutant
+    .venv-main-islands/bin/python -m islands_tools.mutants_main --list     name them, run nothing
+
+Run it on an installed series (``scripts/patches_main.py apply --series islands``); exit status 1
+when a mutant survives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "upstream-tests-main" / "swa-islands" / "test"
+COMP = "srt/mem_cache/unified_cache/components/swa_island.py"
+QUEUED = "srt/mem_cache/unified_cache/components/swa_island_queued.py"
+CACHE = "srt/mem_cache/swa_island_radix_cache.py"
+SCHED = "srt/managers/scheduler.py"
+RUN = ("registered/unit/mem_cache/test_swa_island_queued_hits.py",
+       "registered/unit/mem_cache/test_swa_island_eviction_order.py",
+       "registered/unit/managers/test_request_queued_hook.py")
+
+# (name, file under the sglang package, exact text, replacement)
+MUTANTS = (
+    ("a queued hit is not its window's class", COMP,
+     "            if cur in queued:\n                return QUEUED\n", ""),
+    ("the walk does not skip queued windows", COMP,
+     "while cursor is not None and self.eviction_class(cursor) == QUEUED:", "while False:"),
+    ("earliest queued hit first", COMP,
+     "node = self._queued_walk.pop()", "node = self._queued_walk.pop(0)"),
+    ("a queued hit's eviction does not restart the walk", COMP,
+     "self._walk_done, self._walk_cursor = False, None", "pass"),
+    ("a WINDOW stamp hides a queued hit below it", COMP,
+     "if category >= WINDOW and not queued:", "if category >= WINDOW:"),
+    ("collected waiting requests stay queued", COMP,
+     "        self.queued.hits.reap()  # waiting", "        pass  # waiting"),
+    ("a checkpoint moves no queued hit", CACHE,
+     "            self._queue_match(waiting)", "            pass"),
+    ("the first checkpoint keeps the queued hit", CACHE,
+     "        component.queued.drop(req)\n        super().checkpoint_into_tree",
+     "        super().checkpoint_into_tree"),
+    ("a release keeps the queued hit", CACHE,
+     "            self._swa_island_component.queued.drop(req)\n        super().on_release",
+     "            pass\n        super().on_release"),
+    ("the next page is read one token late", CACHE,
+     "nxt = token_ids[hit: hit + page", "nxt = token_ids[hit + 1: hit + 1 + page"),
+    ("continuing looks under the child, not its parent", QUEUED,
+     "by_edge = self._at.get(child.parent)", "by_edge = self._at.get(child)"),
+    ("the scheduler does not tell the cache", SCHED,
+     "            self.tree_cache.on_request_queued(req)\n", ""),
+)
+
+
+def sglang_root() -> Path:
+    import sglang
+
+    return Path(sglang.__file__).resolve().parent
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--list", action="store_true", help="name the mutants and exit")
+    a = ap.parse_args(argv)
+    if a.list:
+        for name, rel, *_ in MUTANTS:
+            print(f"{rel}: {name}")
+        return 0
+    root = sglang_root()
+    for name, rel, old, _ in MUTANTS:  # every mutant must apply before any runs
+        count = (root / rel).read_text().count(old)
+        if count != 1:
+            print(f"mutant {name!r}: its text occurs {count} times in {root / rel} "
+                  "(is the islands series applied?)", file=sys.stderr)
+            return 2
+    env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1"}
+    survivors = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tests = Path(tmp) / "test"
+        shutil.copytree(TESTS, tests)
+        for i, (name, rel, old, new) in enumerate(MUTANTS, 1):
+            path = root / rel
+            src = path.read_text()
+            path.write_text(src.replace(old, new))
+            try:
+                r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p",
+                                    "no:cacheprovider", *RUN], cwd=tests, env=env,
+                                   capture_output=True, text=True)
+            finally:
+                path.write_text(src)
+            verdict = "killed" if r.returncode else "SURVIVED"
+            if not r.returncode:
+                survivors.append(name)
+            print(f"[{i}/{len(MUTANTS)}] {verdict}: {name}", flush=True)
+    print(f"{len(MUTANTS) - len(survivors)} of {len(MUTANTS)} killed")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

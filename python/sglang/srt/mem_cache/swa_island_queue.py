@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+"""
+Copyright 2023-2024 SGLang Team
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+"""
+
+"""
+Queued hits, defined once for both targets of the series (0.5.15.post1's ``SWAIslandRadixCache``
+and 0.5.23's ``SWAIslandUnifiedRadixCache``): the match end each waiting request would hit, kept
+until the request's first commit so that SWA eviction takes queued hits' windows last. Standard
+library only; a node is any hashable tree node (``TreeNode`` on 0.5.15, ``UnifiedTreeNode`` on
+0.5.23).
+"""
+
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List
+
+if TYPE_CHECKING:
+    from sglang.srt.managers.schedule_batch import Req
+
+Node = Any
+"""A tree node of either target (hashed by identity)."""
+
+
+class QueuedHits:
+    """Queued hits: the match end each waiting request would hit, by request (weakly: a request
+    dropped from the queue drops its entry), in arrival order; an update keeps the request's
+    place. ``node in hits.nodes`` and ``len(hits.nodes)`` (distinct match ends, the root left
+    out) cost O(1); ``on_released(node)`` runs when no queued request hits ``node`` any more.
+
+    Entries of requests that were garbage-collected leave at the next :meth:`reap` (each update
+    and :meth:`reap` itself), so the set a caller reads does not change under it.
+    """
+
+    def __init__(self, root: Node, on_released: Callable[[Node], None]):
+        self._root = root
+        self._on_released = on_released
+        self._hit: Dict[weakref.ref, Node] = {}
+        self._count: Dict[Node, int] = {}
+        self._gone: List[weakref.ref] = []
+        self.nodes = _HitNodes(self._count, root)
+
+    # mapping of request -> match end, in arrival order
+    def __getitem__(self, req: "Req") -> Node:
+        return self._hit[weakref.ref(req)]
+
+    def __contains__(self, req: "Req") -> bool:
+        return weakref.ref(req) in self._hit
+
+    def __len__(self) -> int:
+        return sum(1 for ref in self._hit if ref() is not None)
+
+    def __iter__(self) -> Iterator["Req"]:
+        return (req for req in (ref() for ref in list(self._hit)) if req is not None)
+
+    def values(self) -> List[Node]:
+        return [node for ref, node in self._hit.items() if ref() is not None]
+
+    def set(self, req: "Req", node: Node) -> None:
+        self.reap()
+        key = weakref.ref(req)
+        old = self._hit.get(key)
+        if old is None:
+            key = weakref.ref(req, self._gone.append)
+        self._hit[key] = node
+        if old is node:
+            return
+        self._count[node] = self._count.get(node, 0) + 1
+        if old is not None:
+            self._release(old)
+
+    def drop(self, req: "Req") -> None:
+        self.reap()
+        node = self._hit.pop(weakref.ref(req), None)
+        if node is not None:
+            self._release(node)
+
+    def reap(self) -> None:
+        """Forget requests that were garbage-collected while queued."""
+        while self._gone:
+            node = self._hit.pop(self._gone.pop(), None)
+            if node is not None:
+                self._release(node)
+
+    def in_order(self) -> List[Node]:
+        """Distinct match ends in arrival order of their first request, the root left out."""
+        return [n for n in dict.fromkeys(self._hit.values()) if n is not self._root]
+
+    def _release(self, node: Node) -> None:
+        left = self._count[node] - 1
+        if left:
+            self._count[node] = left
+            return
+        del self._count[node]
+        if node is not self._root:
+            self._on_released(node)
+
+
+class _HitNodes:
+    """Read-only view: the match ends of queued hits (the root left out)."""
+
+    __slots__ = ("_count", "_root")
+
+    def __init__(self, count: Dict[Node, int], root: Node):
+        self._count = count
+        self._root = root
+
+    def __contains__(self, node: Node) -> bool:
+        return node in self._count and node is not self._root
+
+    def __len__(self) -> int:
+        return len(self._count) - (self._root in self._count)
+
+    def __iter__(self) -> Iterator[Node]:
+        return (n for n in self._count if n is not self._root)
