@@ -23,6 +23,10 @@ the real method, ``time.perf_counter``, garbage collector off, median microsecon
   and of a cached prompt cut at a random point + one new token;
 - ``commit_chunk``, ``decode_hook``, ``finish``: 32 probe requests that continue a cached
   transcript with 128 new tokens: the commit, 8 decode steps' ``on_decode_progress``, the finish;
+- ``queue``: ``on_request_queued`` of 64 waiting requests that continue a cached transcript (the
+  scheduler's hook: stock main does nothing there, the window order matches once);
+  ``commit_chunk_q64``, ``finish_q64``: 32 more probes while those 64 wait (the window order
+  re-matches the waiting requests that continue along a committed path); then they leave;
 - ``evict_64_first``: the first 16 ``evict(swa_num_tokens=64)`` calls; ``evict_64_late``: 16 calls
   once half of the tree's live SWA is gone; ``evict_64_drain``: 16 calls once 90% is gone (the
   window arm has no cold SWA left there: it takes windows).
@@ -62,8 +66,9 @@ ARMS = {  # name: (island cache, eviction order, tree core)
 PAIRS = (("islands_rust", "main_rust"), ("islands_window", "main_python"))
 """Each island arm against stock main on the same tree core."""
 WINDOW, PAGE, CHUNK, DECODE, GROUP, SYSTEM = 32, 1, 128, 48, 8, 128
-OPS = ("match_continue", "match_diverge", "commit_chunk", "decode_hook", "finish",
-       "evict_64_first", "evict_64_late", "evict_64_drain")
+OPS = ("match_continue", "match_diverge", "commit_chunk", "decode_hook", "finish", "queue",
+       "commit_chunk_q64", "finish_q64", "evict_64_first", "evict_64_late", "evict_64_drain")
+QUEUED = 64
 EVICT_CALLS = 16
 
 
@@ -159,8 +164,18 @@ class Driver:
         if hook_times is not None:
             hook_times.append((time.perf_counter() - t0) * 1e6)
 
-    def run(self, prompt, rng, times=None):
-        """Prefill in chunks, decode ``DECODE`` tokens, finish; the transcript."""
+    def waiting_req(self, prompt):
+        """A request as it joins the waiting queue: tokens only, no KV row."""
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        self.rid += 1
+        return Req(rid=f"w{self.rid}", origin_input_text="", origin_input_ids=array("q", prompt),
+                   sampling_params=SamplingParams(temperature=0, max_new_tokens=DECODE))
+
+    def run(self, prompt, rng, times=None, suffix=""):
+        """Prefill in chunks, decode ``DECODE`` tokens, finish; the transcript (``times``: the
+        commits, decode hooks and finish, under their op names + ``suffix``)."""
         from sglang.srt.managers.schedule_batch import FINISH_LENGTH
         from sglang.srt.mem_cache.common import release_kv_cache
 
@@ -169,16 +184,16 @@ class Driver:
             t0 = time.perf_counter()
             self.commit(req, min(end, len(prompt)))
             if times is not None:
-                times["commit_chunk"].append((time.perf_counter() - t0) * 1e6)
+                times["commit_chunk" + suffix].append((time.perf_counter() - t0) * 1e6)
         req.output_ids.append(rng.randrange(50_000, 60_000))
         for _ in range(DECODE - 1 if times is None else 8):
             self.decode(req, rng.randrange(50_000, 60_000),
-                        None if times is None else times["decode_hook"])
+                        None if times is None else times.get("decode_hook" + suffix))
         req.finished_reason = FINISH_LENGTH(length=len(req.output_ids))
         t0 = time.perf_counter()
         release_kv_cache(req, self.cache, checkpoint=True)
         if times is not None:
-            times["finish"].append((time.perf_counter() - t0) * 1e6)
+            times["finish" + suffix].append((time.perf_counter() - t0) * 1e6)
         return list(prompt) + list(req.output_ids[:-1])
 
 
@@ -216,6 +231,20 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
         for _ in range(32):
             t = transcripts[rng.randrange(clients)]
             drv.run(t + [rng.randrange(100_000, 900_000) for _ in range(CHUNK)], rng, times)
+        waiting = []
+        for _ in range(QUEUED):
+            t = transcripts[rng.randrange(clients)]
+            req = drv.waiting_req(t + [rng.randrange(100_000, 900_000) for _ in range(CHUNK)])
+            t0 = time.perf_counter()
+            cache.on_request_queued(req)
+            times["queue"].append((time.perf_counter() - t0) * 1e6)
+            waiting.append(req)
+        for _ in range(32):
+            t = transcripts[rng.randrange(clients)]
+            drv.run(t + [rng.randrange(100_000, 900_000) for _ in range(CHUNK)], rng, times,
+                    suffix="_q64")
+        waiting.clear()  # admitted elsewhere: the queue lets go of them (weak references)
+        gc.collect()
         live = cache.swa_evictable_size()
         for op, left in (("evict_64_first", live), ("evict_64_late", live // 2),
                          ("evict_64_drain", live // 10)):

@@ -24,8 +24,8 @@ pytestmark = pytest.mark.skipif(
     bool(MISSING), reason="no .venv-main-islands (build it with scripts/setup_main.sh --islands)")
 
 ARMS = ["main_rust", "main_python", "islands_rust", "islands_window"]
-OPS = {"match_continue", "match_diverge", "commit_chunk", "decode_hook", "finish",
-       "evict_64_first", "evict_64_late", "evict_64_drain"}
+OPS = {"match_continue", "match_diverge", "commit_chunk", "decode_hook", "finish", "queue",
+       "commit_chunk_q64", "finish_q64", "evict_64_first", "evict_64_late", "evict_64_drain"}
 
 
 def test_toy_run_times_every_operation_of_every_arm(tmp_path):
@@ -39,6 +39,7 @@ def test_toy_run_times_every_operation_of_every_arm(tmp_path):
         assert set(r["median_us"]) == OPS and all(v > 0 for v in r["median_us"].values()), r
         assert r["n"]["evict_64_first"] == r["n"]["evict_64_late"] == r["n"]["evict_64_drain"] == 16
         assert r["n"]["commit_chunk"] >= 32 and r["n"]["decode_hook"] == 32 * 8
+        assert r["n"]["queue"] == 64 and r["n"]["finish_q64"] == 32
     live = {r["arm"]: r["live_swa_before_evict"] for r in result["rows"]}
     # the same cache on both cores; islands keep more SWA live than main's commit-time free
     assert live["main_rust"] == live["main_python"] < live["islands_rust"] == live["islands_window"]
