@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "upstream-tests-main" / "swa-islands" / "test"
 COMP = "srt/mem_cache/unified_cache/components/swa_island.py"
-QUEUED = "srt/mem_cache/unified_cache/components/swa_island_queued.py"
+QUEUED = "srt/mem_cache/swa_island_queue.py"
 CACHE = "srt/mem_cache/swa_island_radix_cache.py"
 SCHED = "srt/managers/scheduler.py"
 RUN = ("registered/unit/mem_cache/test_swa_island_queued_hits.py",

@@ -49,7 +49,7 @@ core). Vocabulary and formulas:
   the waiting queue, new or retracted) matches the request once and keeps the node its match
   ends at as its queued hit until its first ``checkpoint`` or its release; every checkpoint then
   matches again the waiting requests whose hit lies on the committed path and whose next page
-  continues along it (``QueuedHitIndex.continuing``). One match per arriving request and per
+  continues along it (``swa_island_queue.QueuedHitIndex.continuing``). One match per arriving request and per
   request a commit moves; no host sync.
 """
 
@@ -175,12 +175,8 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
             return super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
         component.queued.drop(req)
         super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
-        path, node = [], self.resolve_node_handle(req.last_node)
-        root = self.tree_core.root_node
-        while node is not None and node is not root:
-            path.append(node)
-            node = node.parent
-        for waiting in component.queued.continuing(reversed(path), self.page_size):
+        last_node = self.resolve_node_handle(req.last_node)
+        for waiting in component.queued.continuing(last_node, self.page_size):
             self._queue_match(waiting)
 
     def on_release(self, req: "Req", *, checkpointed: bool) -> None:

@@ -17,14 +17,16 @@ limitations under the License.
 
 """
 Queued hits, defined once for both targets of the series (0.5.15.post1's ``SWAIslandRadixCache``
-and 0.5.23's ``SWAIslandUnifiedRadixCache``): the match end each waiting request would hit, kept
-until the request's first commit so that SWA eviction takes queued hits' windows last. Standard
-library only; a node is any hashable tree node (``TreeNode`` on 0.5.15, ``UnifiedTreeNode`` on
-0.5.23).
+and 0.5.23's ``SWAIslandUnifiedRadixCache`` with ``--swa-islands-eviction window``): the match end
+each waiting request would hit, kept until the request's first commit so that SWA eviction takes
+queued hits' windows last, and where each request would continue, so that a commit moves the
+queued hits that continue along its path. Standard library only; a node is any tree node with
+``parent`` and a ``key`` whose ``child_key(page_size)`` names the edge to it (``TreeNode`` on
+0.5.15, ``UnifiedTreeNode`` on 0.5.23).
 """
 
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List
+from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, Iterator, List, Optional
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
@@ -124,3 +126,60 @@ class _HitNodes:
 
     def __iter__(self) -> Iterator[Node]:
         return (n for n in self._count if n is not self._root)
+
+
+class QueuedHitIndex:
+    """Queued hits (``hits``) and, per hit node, the waiting requests by the child key of their
+    next page (``edge``: the key the tree files that page under; in arrival order, so a refresh
+    runs the same on every rank and every run). A request dropped from the queue, or
+    garbage-collected while queued, leaves both. Node and request references are weak: the index
+    keeps neither alive. ``on_released(node)``: no queued request hits ``node`` any more."""
+
+    def __init__(self, root: Node, on_released: Callable[[Node], None]):
+        self.hits = QueuedHits(root, on_released)
+        self._root = root
+        # node -> {edge -> {req: None}}: who waits at node to continue on edge
+        self._at: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._edge: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # req -> (node, edge)
+
+    def set(self, req: "Req", node: Node, edge: Optional[Hashable]) -> None:
+        """``req`` would hit ``node`` and continue on ``edge`` (None: no full page follows the
+        hit); an update keeps the request's place in arrival order."""
+        self._unindex(req)
+        self.hits.set(req, node)
+        if edge is not None:
+            by_edge = self._at.setdefault(node, {})
+            by_edge.setdefault(edge, weakref.WeakKeyDictionary())[req] = None
+            self._edge[req] = (node, edge)
+
+    def drop(self, req: "Req") -> None:
+        """``req`` left the queue (its first commit, its release): its hit is no longer kept."""
+        self._unindex(req)
+        self.hits.drop(req)
+
+    def continuing(self, last_node: Node, page_size: int) -> List["Req"]:
+        """The waiting requests whose hit is on the path root..``last_node`` and whose next page
+        is the path's next node, root first: two dict lookups per node of the path (nothing
+        when no request waits on an edge)."""
+        if not self._at:
+            return []
+        path, node = [], last_node
+        while node is not None and node is not self._root:
+            path.append(node)
+            node = node.parent
+        out: List["Req"] = []
+        for child in reversed(path):
+            by_edge = self._at.get(child.parent)
+            if by_edge:
+                out.extend(by_edge.get(child.key.child_key(page_size), ()))
+        return out
+
+    def _unindex(self, req: "Req") -> None:
+        node, edge = self._edge.pop(req, (None, None))
+        by_edge = self._at.get(node) if node is not None else None
+        if by_edge is not None and edge in by_edge:
+            by_edge[edge].pop(req, None)
+            if not by_edge[edge]:
+                del by_edge[edge]
+            if not by_edge:
+                del self._at[node]

@@ -99,9 +99,9 @@ from sglang.srt.mem_cache.swa_island_eviction import (
     RETENTION,
     WINDOW,
     EvictionClasses,
-    QueuedHits,
     StampedLRUList,
 )
+from sglang.srt.mem_cache.swa_island_queue import QueuedHitIndex
 from sglang.srt.mem_cache.swa_island_formulas import (  # noqa: F401  (re-exported)
     DEFAULT_DECODE_ISLAND_INTERVAL,
     RECLAIM_POLICIES,
@@ -219,11 +219,8 @@ class SWAIslandRadixCache(SWARadixCache):
         # arrival order, from its arrival until its first commit; and, for the refresh at a
         # commit, the same by node and by the child key of the request's next page after it
         # (the edge it would continue on)
-        self._queued_hits = QueuedHits(self.root_node, self._unverify_above)
-        # (requests by edge in arrival order: a weak set would iterate in address order, and the
-        # refresh below must run the same on every rank and every run)
-        self._queued_at: "weakref.WeakKeyDictionary[TreeNode, Dict]" = weakref.WeakKeyDictionary()
-        self._queued_edge: "weakref.WeakKeyDictionary[Req, tuple]" = weakref.WeakKeyDictionary()
+        self._queued = QueuedHitIndex(self.root_node, self._unverify_above)
+        self._queued_hits = self._queued.hits
 
     # ---- locks --------------------------------------------------------------------------------
 
@@ -287,29 +284,15 @@ class SWAIslandRadixCache(SWARadixCache):
         )
         result = self.match_prefix(MatchPrefixParams(key=key))
         node, hit = result.last_device_node, len(result.device_indices)
-        self._unindex_queued(req)
-        self._queued_hits.set(req, node)  # an update keeps the request's place in arrival order
+        edge = None
         # the child key the tree files the request's next page under (bigram keys need one more)
         nxt = token_ids[hit : hit + self.page_size + (1 if self.is_eagle else 0)]
         if len(nxt) >= self.page_size + (1 if self.is_eagle else 0):
             edge = RadixKey(nxt, req.extra_key, is_bigram=self.is_eagle).child_key(self.page_size)
-            by_edge = self._queued_at.setdefault(node, {})
-            by_edge.setdefault(edge, weakref.WeakKeyDictionary())[req] = None
-            self._queued_edge[req] = (node, edge)
+        self._queued.set(req, node, edge)  # an update keeps the request's place in arrival order
 
     def _drop_queued(self, req: Req) -> None:
-        self._unindex_queued(req)
-        self._queued_hits.drop(req)
-
-    def _unindex_queued(self, req: Req) -> None:
-        node, edge = self._queued_edge.pop(req, (None, None))
-        by_edge = self._queued_at.get(node) if node is not None else None
-        if by_edge is not None and edge in by_edge:
-            by_edge[edge].pop(req, None)
-            if not by_edge[edge]:
-                del by_edge[edge]
-            if not by_edge:
-                del self._queued_at[node]
+        self._queued.drop(req)
 
     def _refresh_queued_hits(self, last_node: TreeNode) -> None:
         """A commit made root..``last_node`` live: a waiting request whose queued hit lies on that
@@ -319,15 +302,8 @@ class SWAIslandRadixCache(SWARadixCache):
 
         Costs two dict lookups per node of the path, plus one match per request that continues.
         """
-        if not self._queued_at:
-            return
-        for child in self._path(last_node):
-            by_edge = self._queued_at.get(child.parent)
-            if not by_edge:
-                continue
-            waiting = by_edge.get(child.key.child_key(self.page_size))
-            for req in list(waiting or ()):
-                self._queue_match(req)
+        for req in self._queued.continuing(last_node, self.page_size):
+            self._queue_match(req)
 
     def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
         self._drop_queued(req)

@@ -5,7 +5,7 @@
 SWA up by eviction class (``swa_island_formulas.CLASSES``) instead of one LRU walk. Every step
 takes cold SWA (no kept window needs it), oldest first, while there is any; then the windows of
 retention points only; then upstream's walk (LRU order) over everything but queued hits' windows;
-then queued hits' windows, the latest queued request's first (``swa_island_queued``); then
+then queued hits' windows, the latest queued request's first (``swa_island_queue``); then
 upstream's walk over what is left. So while cold SWA remains no window that ends a match point is
 tombstoned (no cliff), retention windows go before the windows requests matched, and the window a
 waiting request will hit goes last.
@@ -18,7 +18,7 @@ SWA upstream's match validator needs behind a match end; ``p`` = the page):
   match ended at (``LRURefreshPhase.MATCH_END`` stamps it);
 - ``RETENTION`` ends: a node an insert ended at (``LRURefreshPhase.INSERT_END``: chunk ends,
   prompt ends, decode islands) that is neither of the above;
-- ``QUEUED`` ends: the queued hit of a waiting request (``QueuedHitIndex``), until its first
+- ``QUEUED`` ends: the queued hit of a waiting request (``swa_island_queue.QueuedHitIndex``), until its first
   commit. A node whose single-child path reaches a queued hit within ``w`` is ``QUEUED``; a
   junction on the way ends the walk as a ``WINDOW`` (the nodes above a junction are then covered
   as the junction's window, not as the queued hit's below it).
@@ -63,6 +63,7 @@ import heapq
 import weakref
 from typing import TYPE_CHECKING, Optional
 
+from sglang.srt.mem_cache.swa_island_queue import QueuedHitIndex
 from sglang.srt.mem_cache.swa_island_formulas import (
     COLD,
     QUEUED,
@@ -72,7 +73,6 @@ from sglang.srt.mem_cache.swa_island_formulas import (
 )
 from sglang.srt.mem_cache.unified_cache.components.base import EvictLayer, LRURefreshPhase
 from sglang.srt.mem_cache.unified_cache.components.swa import SWAComponent
-from sglang.srt.mem_cache.unified_cache.components.swa_island_queued import QueuedHitIndex
 from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedLRUList
 
 if TYPE_CHECKING:
@@ -167,7 +167,9 @@ class SWAIslandComponent(SWAComponent):
         and files as ``COLD`` candidates what it adds; the candidates and the queued hits start
         over with it."""
         self._candidates = self._no_candidates()
-        self.queued = QueuedHitIndex(self.tree_core.root_node)
+        # A hit's end is a match end (the match that made it stamped it, ``MATCH_END``), so when
+        # no request hits it any more its window stays ``WINDOW``: no candidate to file again.
+        self.queued = QueuedHitIndex(self.tree_core.root_node, on_released=lambda node: None)
         return CandidateLRUList(self.component_type, component_types, on_add=self._on_add,
                                 is_referenced=is_referenced)
 
