@@ -18,8 +18,8 @@ SWA upstream's match validator needs behind a match end; ``p`` = the page):
   match ended at (``LRURefreshPhase.MATCH_END`` stamps it);
 - ``RETENTION`` ends: a node an insert ended at (``LRURefreshPhase.INSERT_END``: chunk ends,
   prompt ends, decode islands) that is neither of the above;
-- ``QUEUED`` ends: the queued hit of a waiting request (``swa_island_queue.QueuedHitIndex``), until its first
-  commit. A node whose single-child path reaches a queued hit within ``w`` is ``QUEUED``; a
+- ``QUEUED`` ends: the queued hit of a waiting request (``swa_island_queue.QueuedHitIndex``),
+  until its first commit. A node whose single-child path reaches a queued hit within ``w`` is ``QUEUED``; a
   junction on the way ends the walk as a ``WINDOW`` (the nodes above a junction are then covered
   as the junction's window, not as the queued hit's below it).
 
@@ -63,7 +63,6 @@ import heapq
 import weakref
 from typing import TYPE_CHECKING, Optional
 
-from sglang.srt.mem_cache.swa_island_queue import QueuedHitIndex
 from sglang.srt.mem_cache.swa_island_formulas import (
     COLD,
     QUEUED,
@@ -71,6 +70,7 @@ from sglang.srt.mem_cache.swa_island_formulas import (
     WINDOW,
     window_lock_tokens,
 )
+from sglang.srt.mem_cache.swa_island_queue import QueuedHitIndex
 from sglang.srt.mem_cache.unified_cache.components.base import EvictLayer, LRURefreshPhase
 from sglang.srt.mem_cache.unified_cache.components.swa import SWAComponent
 from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedLRUList
