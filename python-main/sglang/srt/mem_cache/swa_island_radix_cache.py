@@ -119,10 +119,11 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         self._island_window = (self.swa_retain_window or 0) + 1
         # Whether decode islands run at all (an SWA tree that is not disabled).
         self._islands_active = self.is_swa_enabled and not self.disable
-        # Queued hits: kept by the window order's component (None under ``lru``).
+        # Queued hits: kept by the window order's component, installed above (None under ``lru``).
         self._swa_island_component = (
             self.components[ComponentType.SWA]
-            if isinstance(self.components.get(ComponentType.SWA), SWAIslandComponent) else None)
+            if params.swa_islands_eviction == "window" and ComponentType.SWA in self.components
+            else None)
         if self._islands_active:
             check_swa_island_pool(self, params.chunked_prefill_size)
 
