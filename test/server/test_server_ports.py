@@ -62,23 +62,27 @@ def test_a_port_taken_before_the_server_binds_it_is_retried_on_a_fresh_one(
     """The first reservation hands out a port something else listens on (what a process outside
     the harness does between the check and the bind): that boot fails to bind, the retry boots on
     another port and serves."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
-        busy.bind((harness.HOST, 0))
-        busy.listen(1)
-        taken = busy.getsockname()[1]
-        real = harness.reserve_free_port
-        calls = []
+    real = harness.reserve_free_port
+    held = real()  # a port of the harness range (port + 10000 a valid gRPC port), held by us
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+            busy.bind((harness.HOST, held.port))
+            busy.listen(1)
+            taken = held.port
+            calls = []
 
-        def first_one_taken(host=harness.HOST, rng=None):
-            calls.append(1)
-            if len(calls) == 1:
-                return harness.PortReservation(taken, None)
-            return real(host, rng)
+            def first_one_taken(host=harness.HOST, rng=None):
+                calls.append(1)
+                if len(calls) == 1:
+                    return harness.PortReservation(taken, None)
+                return real(host, rng)
 
-        monkeypatch.setattr(harness, "reserve_free_port", first_one_taken)
-        srv = SglangServer(tiny_model, ARGS, boot_timeout_s=BOOT_TIMEOUT_S)
-        with srv:
-            assert srv.boot_retries == 1 and srv.port != taken and len(calls) == 2
-            assert len(srv.generate([5, 6, 7, 8], max_new_tokens=4).output_ids) == 4
+            monkeypatch.setattr(harness, "reserve_free_port", first_one_taken)
+            srv = SglangServer(tiny_model, ARGS, boot_timeout_s=BOOT_TIMEOUT_S)
+            with srv:
+                assert srv.boot_retries == 1 and srv.port != taken and len(calls) == 2
+                assert len(srv.generate([5, 6, 7, 8], max_new_tokens=4).output_ids) == 4
+    finally:
+        held.release()
     err = capfd.readouterr().err
     assert f"port {taken} was taken before the server bound it (boot 1 of 3" in err
