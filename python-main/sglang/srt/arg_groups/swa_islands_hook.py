@@ -86,7 +86,7 @@ def handle_swa_islands(server_args: Any, environ: Optional[Mapping[str, str]] = 
     reason = swa_islands_conflict(cfg, os.environ if environ is None else environ)
     if reason is not None:
         raise ValueError(f"{FLAG} cannot be used here: {reason}. Drop one of the two.")
-    if cfg.swa_islands_reclaim not in RECLAIM_POLICIES:
+    if cfg.swa_islands_reclaim is not None and cfg.swa_islands_reclaim not in RECLAIM_POLICIES:
         raise ValueError(f"--swa-islands-reclaim must be one of {', '.join(RECLAIM_POLICIES)}, "
                          f"got {cfg.swa_islands_reclaim!r}.")
     if cfg.swa_islands_eviction not in EVICTION_ORDERS:

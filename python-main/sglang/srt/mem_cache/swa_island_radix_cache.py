@@ -37,10 +37,12 @@ core). Vocabulary and formulas:
   never frees at the commit, so that SWA goes into the tree live, leaves the
   request's hold (the new lock is capped at one window by main's leaf split) and stays matchable
   and evictable (main's SWA LRU); ``eager`` always frees (main's default behaviour); ``auto``
-  (the default) frees at every commit where the SWA pool cannot keep one chunk per running
+  (the default under ``lru``) frees at every commit where the SWA pool cannot keep one chunk per running
   request live (``lazy_reclaim_fits``: main's single SWA LRU list evicts a lazily kept chunk
   under pressure and the window at its end with it, as measured at the lean pools), and
-  elsewhere while the free SWA pool is below ``reclaim_watermark`` (one prefill chunk).
+  elsewhere while the free SWA pool is below ``reclaim_watermark`` (one prefill chunk). Not
+  given, the policy is ``default_reclaim`` of the eviction order: ``lazy`` under ``window``, whose
+  order gives cold SWA up before any window, ``auto`` under ``lru``.
 - eviction order (``--swa-islands-eviction``): ``lru`` (default) keeps upstream's SWA walk on
   either tree core; ``window`` swaps in ``SWAIslandComponent`` (cold SWA before retention windows
   before the other windows before queued hits', ``unified_cache.components.swa_island``) through
@@ -55,6 +57,7 @@ core). Vocabulary and formulas:
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
@@ -66,6 +69,7 @@ from sglang.srt.mem_cache.swa_island_formulas import (
     RECLAIM_POLICIES,
     decode_island_due,
     decode_island_interval,
+    default_reclaim,
     island_out_of_window,
     lazy_reclaim_fits,
     reclaim_watermark,
@@ -74,6 +78,8 @@ from sglang.srt.mem_cache.swa_island_guard import check_swa_island_pool
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.components.swa_island import SWAIslandComponent
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
@@ -89,12 +95,13 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
     """``UnifiedRadixCache`` with SWA islands (``--enable-swa-islands``)."""
 
     def __init__(self, params: CacheInitParams):
-        if params.swa_islands_reclaim not in RECLAIM_POLICIES:
-            raise ValueError(f"swa_islands_reclaim must be one of {RECLAIM_POLICIES}, "
-                             f"got {params.swa_islands_reclaim!r}")
         if params.swa_islands_eviction not in EVICTION_ORDERS:
             raise ValueError(f"swa_islands_eviction must be one of {EVICTION_ORDERS}, "
                              f"got {params.swa_islands_eviction!r}")
+        reclaim = params.swa_islands_reclaim or default_reclaim(params.swa_islands_eviction)
+        if reclaim not in RECLAIM_POLICIES:
+            raise ValueError(f"swa_islands_reclaim must be one of {RECLAIM_POLICIES}, "
+                             f"got {params.swa_islands_reclaim!r}")
         if params.swa_islands_eviction == "window" and ComponentType.SWA in (
                 params.tree_components or ()):
             # Upstream's extension point for a component; it selects the Python tree core.
@@ -103,7 +110,8 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
                 ComponentType.SWA: SWAIslandComponent,
             }
         super().__init__(params)
-        self.swa_islands_reclaim = params.swa_islands_reclaim
+        # --swa-islands-reclaim, or when not given the default for the eviction order.
+        self.swa_islands_reclaim = reclaim
         # Computed decode tokens between two decode islands: cp / 4 unless overridden.
         self.decode_island_interval = decode_island_interval(
             params.chunked_prefill_size, params.swa_islands_decode_interval
@@ -126,6 +134,9 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
             else None)
         if self._islands_active:
             check_swa_island_pool(self, params.chunked_prefill_size)
+        logger.info("SWA islands: reclaim %s%s, eviction %s, decode island every %d tokens",
+                    reclaim, "" if params.swa_islands_reclaim else " (the default for it)",
+                    params.swa_islands_eviction, self.decode_island_interval)
 
     # ---- reclaim --------------------------------------------------------------------------------
 

@@ -40,11 +40,23 @@ from dataclasses import dataclass
 from typing import Optional
 
 RECLAIM_POLICIES = ("lazy", "eager", "auto")
-"""``--swa-islands-reclaim`` choices; the first is the default (``ServerArgs``, ``CacheInitParams``)."""
+"""``--swa-islands-reclaim`` choices; on 0.5.15 the first is the default (its SWA eviction is
+window-aware); on 0.5.23 the default is :func:`default_reclaim` of the eviction order."""
 
 EVICTION_ORDERS = ("lru", "window")
 """``--swa-islands-eviction`` choices on the 0.5.23 target; the first is the default: ``lru`` is
 upstream's SWA walk (either tree core), ``window`` gives SWA up by class (Python tree core)."""
+
+
+def default_reclaim(eviction: str) -> str:
+    """``--swa-islands-reclaim`` when not given, on the 0.5.23 target: ``lazy`` under the
+    ``window`` eviction order, which gives cold SWA up before any window, so SWA kept below a
+    frontier costs no window a match needs; ``auto`` under ``lru``, whose single LRU walk would
+    give up an older window before newer cold SWA (lazy there loses hits upstream keeps at lean
+    pools, ``benchmarks/results/prefix_reuse_sim_main.md``)."""
+    if eviction not in EVICTION_ORDERS:
+        raise ValueError(f"eviction order must be one of {EVICTION_ORDERS}, got {eviction!r}")
+    return "lazy" if eviction == "window" else "auto"
 
 COLD, RETENTION, WINDOW, QUEUED = 0, 1, 2, 3
 """Eviction classes, in the order passes give them up. COLD: not known to be covered by any kept

@@ -52,8 +52,10 @@ class _IslandCacheSuite:
 
     def test_settings_come_from_the_cache_params(self):
         cache, _ = self.build()
-        self.assertEqual(cache.swa_islands_reclaim, "auto")
+        self.assertEqual(cache.swa_islands_reclaim, "auto")  # not given, under lru
         self.assertEqual(cache.decode_island_interval, CHUNK // 4)
+        cache, _ = self.build(swa_islands_eviction="window")
+        self.assertEqual(cache.swa_islands_reclaim, "lazy")  # not given, under window
         cache, _ = self.build(swa_islands_reclaim="eager", swa_islands_decode_interval=5)
         self.assertEqual((cache.swa_islands_reclaim, cache.decode_island_interval), ("eager", 5))
         cache, _ = self.build(chunked_prefill_size=None)
