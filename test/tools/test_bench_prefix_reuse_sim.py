@@ -1,6 +1,7 @@
 """benchmarks/prefix_reuse_sim.py: prefix_reuse's workloads replayed in the scheduler glue on the
 real SGLang classes, deterministic per (arm, pool, class, seed)."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -16,12 +17,7 @@ from prefix_reuse_arms import pool_table  # noqa: E402
 from prefix_reuse_workloads import PRESETS, build_scripts  # noqa: E402
 import prefix_reuse_sim as sim  # noqa: E402
 
-SIM_JSON = os.path.join(_ROOT, "benchmarks", "results", "prefix_reuse_sim.json")
-
-
 def _run(arm, pool, cls, seed=0):
-    import dataclasses
-
     wl = dataclasses.replace(PRESETS["smoke"], seed=seed)
     script = build_scripts(wl, [cls])[cls]
     return sim.run_one(arm, pool_table()[pool]["swa_pool"], cls, script, 34)
@@ -48,8 +44,6 @@ def test_lean_pool_lazy_keeps_the_fanout_hits_eager_frees():
 
 def test_clients_replay_the_server_benchmark_order():
     """branch_edit: a conversation's turns in sequence, then its edits as one group."""
-    import dataclasses
-
     wl = dataclasses.replace(PRESETS["smoke"], seed=0)
     script = build_scripts(wl, ["branch_edit"])["branch_edit"]
     conv = script["convs"][0]
@@ -67,24 +61,79 @@ def test_clients_replay_the_server_benchmark_order():
 
 
 def test_summary_counts_seeds_where_islands_is_at_least_as_good():
-    rec = lambda xs: {"cached_tokens": xs}  # noqa: E731
+    rec = lambda xs: {"cached_tokens": xs, "retractions": [0] * len(xs)}  # noqa: E731
     result = {"pools": ["0.17-eq"], "classes": ["fanout"], "arms": {
         "upstream": {"0.17-eq": {"fanout": rec([5, 9, 1])}},
         "upstream_knobs": {"0.17-eq": {"fanout": rec([6, 2, 2])}},
         "islands": {"0.17-eq": {"fanout": rec([6, 8, 3])}},
+        "main": {"0.17-eq": {"fanout": rec([4, 4, 4])}},
+        "main_islands": {"0.17-eq": {"fanout": rec([6, 8, 2])}},
     }}
-    assert sim.summarize(result) == [{
-        "pool": "0.17-eq", "class": "fanout", "islands": 17, "best_upstream_arm": "upstream",
-        "best_upstream": 15, "seeds_at_least_as_good": 2, "seeds": 3}]
+    assert sim.summarize(result) == [
+        {"candidate": "islands", "reference": "better upstream arm", "pool": "0.17-eq",
+         "class": "fanout", "cached": 17, "best_reference_arm": "upstream", "best_reference": 15,
+         "seeds_at_least_as_good": 2, "seeds": 3, "retractions": 0},
+        {"candidate": "main_islands", "reference": "better main arm", "pool": "0.17-eq",
+         "class": "fanout", "cached": 16, "best_reference_arm": "main", "best_reference": 12,
+         "seeds_at_least_as_good": 2, "seeds": 3, "retractions": 0},
+        {"candidate": "main_islands", "reference": "0.5.15 islands", "pool": "0.17-eq",
+         "class": "fanout", "cached": 16, "best_reference_arm": "islands", "best_reference": 17,
+         "seeds_at_least_as_good": 2, "seeds": 3, "retractions": 0}]
 
 
-def test_committed_result_matches_its_summary():
-    assert os.path.exists(SIM_JSON), "benchmarks/results/prefix_reuse_sim.json is missing"
-    with open(SIM_JSON) as f:
+@pytest.mark.parametrize("name", ["prefix_reuse_sim.json", "prefix_reuse_sim_main.json"])
+def test_committed_result_matches_its_summary(name):
+    path = os.path.join(_ROOT, "benchmarks", "results", name)
+    assert os.path.exists(path), f"benchmarks/results/{name} is missing"
+    with open(path) as f:
         result = json.load(f)
-    assert set(result["arms"]) == set(sim.SIM_ARMS)
+    assert set(result["arms"]) == set(sim.TARGET_ARMS[result["target"]])
     assert sim.summarize(result) == result["summary"]
     assert result["command"].startswith(".venv/bin/python benchmarks/prefix_reuse_sim.py")
+    assert sim.to_markdown(result) == open(path.replace(".json", ".md")).read()
+
+
+def _main_cells(arms, cls="fanout", pool="0.10-eq"):
+    """Smoke ``cls`` at ``pool``, seed 0, for each of ``arms``, each in its arm's interpreter."""
+    a = sim.parse_args(["--preset", "smoke", "--classes", cls])
+    swa = {pool: pool_table()[pool]["swa_pool"]}
+    return {arm: dict(sim.run_cells(arm, [(0, pool, arm, cls)], a, swa, 34))[(0, pool, arm, cls)]
+            for arm in arms}
+
+
+def test_main_arms_replay_in_their_own_sglang():
+    """The 0.5.23 arms run in their environments (stock main in .venv-main, the island series in
+    .venv-main-islands), on 0.5.23's own scheduler glue. Smoke fan-out at the 0.10-eq pool (2
+    documents x 3 questions, 2,400 shared tokens): islands with the window order (reclaim
+    ``lazy``, its default) keep every hit; stock main, whose single SWA LRU list gives a document's
+    window up before newer SWA, loses some, and islands' default (``lru``, reclaim ``auto``) no
+    fewer than it; deterministic."""
+    assert sim.arm_python("main").endswith(".venv-main/bin/python")
+    assert sim.arm_python("main_islands").endswith(".venv-main-islands/bin/python")
+    assert sim.arm_python("islands") == sys.executable
+    r = _main_cells(["main", "main_islands", "main_islands_window"])
+    win = r["main_islands_window"]
+    assert win["cached_tokens"] == win["expected_shared_tokens"] == 2400
+    assert r["main"]["cached_tokens"] < 2400 and r["main"]["requests"] == 6
+    assert r["main_islands"]["cached_tokens"] >= r["main"]["cached_tokens"]
+    assert _main_cells(["main"]) == {"main": r["main"]}
+
+
+def test_patched_main_with_the_flag_off_replays_as_stock_main():
+    """The `main` arm's replay in .venv-main-islands (series applied, flag off) equals the one in
+    .venv-main (stock): same cached tokens and retractions, cell by cell."""
+    spec = {"cells": [[0, "0.10-eq", "main", c] for c in ("fanout", "branch_edit")],
+            "shape": dataclasses.asdict(sim.SHAPE), "preset": "smoke",
+            "classes": ["fanout", "branch_edit"],
+            "swa_pools": {"0.10-eq": pool_table()["0.10-eq"]["swa_pool"]},
+            "eviction_interval": 34, "latency": 0, "main": {"main": {"args": [], "env": {}}}}
+    outs = []
+    for py in (sim.main_python(), sim.main_islands_python()):
+        p = subprocess.run([py, "benchmarks/prefix_reuse_replay.py", json.dumps(spec)], cwd=_ROOT,
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-2000:]
+        outs.append([json.loads(x) for x in p.stdout.splitlines()])
+    assert len(outs[0]) == 2 and outs[0] == outs[1]
 
 
 def test_cli_help():
