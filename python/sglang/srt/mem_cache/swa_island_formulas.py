@@ -53,7 +53,7 @@ def default_reclaim(eviction: str) -> str:
     ``window`` eviction order, which gives cold SWA up before any window, so SWA kept below a
     frontier costs no window a match needs; ``auto`` under ``lru``, whose single LRU walk would
     give up an older window before newer cold SWA (lazy there loses hits upstream keeps at lean
-    pools, ``benchmarks/results/prefix_reuse_sim_main.md``)."""
+    pools)."""
     if eviction not in EVICTION_ORDERS:
         raise ValueError(f"eviction order must be one of {EVICTION_ORDERS}, got {eviction!r}")
     return "lazy" if eviction == "window" else "auto"
