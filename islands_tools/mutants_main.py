@@ -1,4 +1,5 @@
-"""Targeted mutants of the 0.5.23 island code (window order, queued hits, the scheduler hook):
+"""Targeted mutants of the 0.5.23 island code (window order, queued hits, the scheduler hook, the
+default reclaim):
 each one is written into ``.venv-main-islands``' installed copy, the upstream-layout unit tests
 that cover it run, and the copy is restored (also on failure or Ctrl-C). A mutant the tests do not
 kill is a hole in them. Complements ``scripts/mutation.sh`` (cosmic-ray over the 0.5.15 modules).
@@ -26,9 +27,11 @@ COMP = "srt/mem_cache/unified_cache/components/swa_island.py"
 QUEUED = "srt/mem_cache/swa_island_queue.py"
 CACHE = "srt/mem_cache/swa_island_radix_cache.py"
 SCHED = "srt/managers/scheduler.py"
+FORMULAS = "srt/mem_cache/swa_island_formulas.py"
 RUN = ("registered/unit/mem_cache/test_swa_island_queued_hits.py",
        "registered/unit/mem_cache/test_swa_island_eviction_order.py",
-       "registered/unit/managers/test_request_queued_hook.py")
+       "registered/unit/managers/test_request_queued_hook.py",
+       "registered/unit/mem_cache/test_swa_island_unified_radix_cache.py")
 
 # (name, file under the sglang package, exact text, replacement)
 MUTANTS = (
@@ -58,6 +61,10 @@ MUTANTS = (
      "by_edge = self._at.get(child.parent)", "by_edge = self._at.get(child)"),
     ("the scheduler does not tell the cache", SCHED,
      "            self.tree_cache.on_request_queued(req)\n", ""),
+    ("the window order's default reclaim is auto", FORMULAS,
+     'return "lazy" if eviction == "window" else "auto"', 'return "auto"'),
+    ("a given reclaim is ignored", CACHE,
+     "reclaim = params.swa_islands_reclaim or default_reclaim(", "reclaim = default_reclaim("),
 )
 
 
