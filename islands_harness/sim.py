@@ -21,11 +21,12 @@ call is the installed (patched) SGLang code.
 from __future__ import annotations
 
 import random
-from array import array
 from typing import Callable, List, Optional
 
+from islands_harness.sim_queue import WaitingQueueGlue
 
-class MiniScheduler:
+
+class MiniScheduler(WaitingQueueGlue):
     def __init__(
         self,
         stack,
@@ -63,66 +64,11 @@ class MiniScheduler:
 
     # ---- requests -------------------------------------------------------------------------
 
-    def make_req(self, rid: str, input_ids, max_new_tokens: int):
-        from sglang.srt.managers.schedule_batch import Req
-        from sglang.srt.sampling.sampling_params import SamplingParams
-
-        vocab = self.s.model_config.vocab_size
-        sp = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
-        sp.normalize(None)
-        sp.verify(vocab)
-        req = Req(rid, "", array("q", input_ids), sp, eos_token_ids=None, vocab_size=vocab)
-        req.tokenizer = None
-        return req
-
     def submit(self, rid: str, input_ids, max_new_tokens: int):
         req = self.make_req(rid, input_ids, max_new_tokens)
         self._queue(req)
         self.all_reqs.append(req)
         return req
-
-    def _queue(self, req, is_retracted: bool = False) -> None:
-        """The installed ``Scheduler._add_request_to_queue`` on this glue (no disaggregation,
-        priorities or queue limit, no HiCache): appends ``req`` to the waiting queue and tells the
-        tree cache (patch 0014)."""
-        from sglang.srt.managers.scheduler import Scheduler
-
-        Scheduler._add_request_to_queue(self, req, is_retracted=is_retracted)
-
-    # what Scheduler._add_request_to_queue reads on its scheduler
-    enable_priority_scheduling = False
-    abort_on_priority_when_disabled = False
-    max_queued_requests = None
-    enable_hicache_storage = False
-
-    @property
-    def disaggregation_mode(self):
-        from sglang.srt.disaggregation.utils import DisaggregationMode
-
-        return DisaggregationMode.NULL
-
-    @property
-    def waiting_queue(self) -> List:
-        return self.waiting
-
-    @property
-    def tree_cache(self):
-        return self.tree
-
-    def _set_or_validate_priority(self, req) -> bool:
-        from sglang.srt.managers.scheduler import Scheduler
-
-        return Scheduler._set_or_validate_priority(self, req)
-
-    def _abort_on_queued_limit(self, req) -> bool:
-        from sglang.srt.managers.scheduler import Scheduler
-
-        return Scheduler._abort_on_queued_limit(self, req)
-
-    def _prefetch_kvcache(self, req) -> None:
-        from sglang.srt.managers.scheduler import Scheduler
-
-        return Scheduler._prefetch_kvcache(self, req)
 
     @property
     def running(self) -> List:

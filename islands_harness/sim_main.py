@@ -31,9 +31,9 @@ import dataclasses
 import logging
 import os
 import warnings
-from array import array
 from typing import Callable, List, Optional, Tuple
 
+from islands_harness.sim_queue import WaitingQueueGlue
 from islands_harness.stack import laguna_config_dir
 
 NEW_TOKEN_RATIO = 0.7
@@ -133,18 +133,10 @@ def build_main_stack(cfg: Optional[MainStackConfig] = None, **kw) -> MainStack:
     return MainStack(cfg, sa, mc, req_to_token_pool, allocator, tree)
 
 
-class MainMiniScheduler:
+class MainMiniScheduler(WaitingQueueGlue):
     """One scheduler iteration per :meth:`step`, as 0.5.23's normal event loop runs it (see the
     module docstring); ``finished`` lists requests in finishing order, ``retractions`` counts
     ``retract_decode``'s victims."""
-
-    # what Scheduler._add_request_to_queue reads on its scheduler
-    enable_priority_scheduling = False
-    abort_on_priority_when_disabled = False
-    max_queued_requests = None
-    enable_hicache_storage = False
-    enable_lmcache = False
-    processed_tokens_counter = 0
 
     def __init__(self, stack: MainStack, *, max_running: int = 8,
                  next_token: Optional[Callable[[object], int]] = None):
@@ -167,49 +159,9 @@ class MainMiniScheduler:
     # ---- requests -------------------------------------------------------------------------
 
     def submit(self, rid: str, input_ids, max_new_tokens: int):
-        from sglang.srt.managers.schedule_batch import Req
-        from sglang.srt.sampling.sampling_params import SamplingParams
-
-        vocab = self.s.model_config.vocab_size
-        sp = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
-        sp.normalize(None)
-        sp.verify(vocab)
-        req = Req(rid, "", array("q", input_ids), sp, eos_token_ids=None, vocab_size=vocab)
-        req.tokenizer = None
+        req = self.make_req(rid, input_ids, max_new_tokens)
         self._queue(req)
         return req
-
-    def _queue(self, req, is_retracted: bool = False) -> None:
-        from sglang.srt.managers.scheduler import Scheduler
-
-        Scheduler._add_request_to_queue(self, req, is_retracted=is_retracted)
-
-    @property
-    def disaggregation_mode(self):
-        from sglang.srt.disaggregation.utils import DisaggregationMode
-
-        return DisaggregationMode.NULL
-
-    @property
-    def waiting_queue(self) -> List:
-        return self.waiting
-
-    @property
-    def tree_cache(self):
-        return self.tree
-
-    def _set_or_validate_priority(self, req) -> bool:
-        from sglang.srt.managers.scheduler import Scheduler
-
-        return Scheduler._set_or_validate_priority(self, req)
-
-    def _abort_on_queued_limit(self, req) -> bool:
-        from sglang.srt.managers.scheduler import Scheduler
-
-        return Scheduler._abort_on_queued_limit(self, req)
-
-    def _prefetch_kvcache(self, req) -> None:
-        pass  # no HiCache storage
 
     def idle(self) -> bool:
         return (not self.waiting and self.chunked_req is None and self.running_batch.is_empty()
