@@ -95,6 +95,7 @@ import _bench_path  # noqa: E402  (puts the repository root and benchmarks/ on s
 import admission_setup  # noqa: E402
 from bench_outputs import add_output_args, output_paths, write_files, write_json, write_text  # noqa: E402,E501
 from islands_harness.provenance import git_head  # noqa: E402
+from sglang.srt.mem_cache.swa_island_formulas import EVICTION_ORDERS  # noqa: E402
 from prefix_reuse_arms import ARMS, CPU, DEFAULT_ARMS, POOLS, comma_choice, pool_table  # noqa: E402
 from prefix_reuse_clients import plan_classes  # noqa: E402
 from prefix_reuse_report import assemble, plot, to_markdown, validate_result  # noqa: E402
@@ -251,6 +252,7 @@ def run(a, pools: Dict[str, Dict[str, Any]], wl: Workload) -> int:
             "preset": a.preset, "eviction_interval": a.eviction_interval,
             "workload": wl.to_dict(), "classes": a.class_list, "arm_order": a.arm_list,
             "pool_order": a.pool_list, "pools": pools,
+            "main_islands_eviction": EVICTION_ORDERS[0],
             "plan": plan_classes(wl, a.class_list),
             "machine": {"cpus": m["cpus"], "platform": m["platform"], "load_start": m["load"]}}
     (log_dir / "meta.json").write_text(json.dumps(meta, indent=1))

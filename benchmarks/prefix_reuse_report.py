@@ -92,6 +92,10 @@ def acceptance(arms: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], cap: int, 
 
 
 MAIN_ISLAND_ARMS = ("main_islands", "main_islands_window")
+MAIN_ISLANDS_AUTO = ("default eviction `auto`: `window` where the SWA pool cannot keep one chunk "
+                     "per running request, here both lean pools, else `lru`; the reclaim that "
+                     "order defaults to, `lazy` / `auto`")
+"""What ``main_islands`` ran with in a run that records ``main_islands_eviction: auto``."""
 """The island arms on 0.5.23 that the main acceptance checks, each on its own rows."""
 
 
@@ -177,7 +181,8 @@ def assemble(boots: List[Dict[str, Any]], meta: Dict[str, Any]) -> Dict[str, Any
         "max_total_tokens": CPU.max_total_tokens,
         **{k: meta.get(k) for k in ("command", "date", "git_head", "preset", "runtime_s",
                                     "eviction_interval", "machine", "pools", "workload", "plan",
-                                    "rebuilt_by")},
+                                    "rebuilt_by", "main_islands_eviction")
+           if k in meta or k != "main_islands_eviction"},
         "boots": len(boots),
         "boot_times_s": {f"{b['arm']}@{b['pool']}": b.get("boot_total_s") for b in boots},
         "boot_s": {f"{b['arm']}@{b['pool']}": b.get("boot_s") for b in boots},
@@ -303,7 +308,8 @@ def _md_setup(result: Dict[str, Any], pools: Sequence[str]) -> List[str]:
              + (", `main_release_prefill` (stock 0.5.23 + `SGLANG_OPT_RELEASE_PREFILL_SWA=1`)"
                 if "main_release_prefill" in run else "")
              + (", `main_islands` (0.5.23 + the main islands series, `--enable-swa-islands`, "
-                "default reclaim `auto`)" if "main_islands" in run else "")
+                + (MAIN_ISLANDS_AUTO if result.get("main_islands_eviction") == "auto" else
+                   "default reclaim `auto`") + ")" if "main_islands" in run else "")
              + (", `main_islands_auto` (the same with `--swa-islands-reclaim auto`)"
                 if "main_islands_auto" in run else "")
              + (", `main_islands_window` (the same with `--swa-islands-eviction window`: cold SWA, "

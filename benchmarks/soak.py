@@ -572,7 +572,7 @@ def main(argv=None) -> int:
     ap.add_argument("--target", choices=TARGETS, default="0.5.15",
                     help="0.5.15 (default, this interpreter) or main (sglang 0.5.23: "
                          ".venv-main-islands, or .venv-main with --islands off)")
-    ap.add_argument("--eviction", choices=("lru", "window"), default=None,
+    ap.add_argument("--eviction", choices=("auto", "lru", "window"), default=None,
                     help="main with islands on: --swa-islands-eviction (default: the server's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="report (default .work/soak/<stamp>.json)")

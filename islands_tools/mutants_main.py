@@ -65,6 +65,11 @@ MUTANTS = (
      'return "lazy" if eviction == "window" else "auto"', 'return "auto"'),
     ("a given reclaim is ignored", CACHE,
      "reclaim = params.swa_islands_reclaim or default_reclaim(", "reclaim = default_reclaim("),
+    ("auto eviction ignores the pool", FORMULAS,
+     'return "lru" if lazy_fits else "window"', 'return "lru"'),
+    ("the cache resolves auto as if every pool fitted", CACHE,
+     "resolve_eviction(params.swa_islands_eviction, fits or not swa_tree)",
+     "resolve_eviction(params.swa_islands_eviction, True)"),
 )
 
 

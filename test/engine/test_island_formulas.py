@@ -13,7 +13,9 @@ from sglang.srt.mem_cache.swa_island_formulas import (
     island_pool_check,
     hold_unified_decode,
     lazy_reclaim_fits,
+    default_reclaim,
     reclaim_watermark,
+    resolve_eviction,
     swa_tombstone_frontier,
     window_lock_tokens,
 )
@@ -175,6 +177,28 @@ def test_unified_decode_hold_is_a_page_rounded_window_lock_plus_the_decode_tail(
     assert hold_unified_decode(33, 16, 1) == 32 + 32 + 1
     with pytest.raises(ValueError):
         hold_unified_decode(32, 1, 0)
+
+
+@pytest.mark.parametrize("pool, running, order", [(32768, 16, "lru"), (1825, 16, "window"),
+                                                   (1318, 16, "window"), (175232, 48, "window")])
+def test_auto_eviction_is_the_window_order_where_a_chunk_per_request_does_not_fit(pool, running,
+                                                                                  order):
+    # the prefix_reuse pools (CPU shape: cp 512, page 1) and production at 0.17 (cp 16384, p 64)
+    chunk, page = (16384, 64) if running == 48 else (512, 1)
+    fits = lazy_reclaim_fits(pool, running, chunk, page)
+    assert resolve_eviction("auto", fits) == order
+    for given in ("lru", "window"):  # a given order stands, whatever the pool
+        assert resolve_eviction(given, fits) == given
+
+
+def test_the_default_reclaim_follows_the_resolved_eviction_order():
+    assert default_reclaim("window") == "lazy"
+    assert default_reclaim("lru") == "auto"
+    for bad in ("auto", "fifo"):
+        with pytest.raises(ValueError):
+            default_reclaim(bad)
+    with pytest.raises(ValueError):
+        resolve_eviction("fifo", True)
 
 
 def test_lazy_reclaim_fits_rejects_a_nonsense_pool():

@@ -5,8 +5,8 @@ The island cache of the 0.5.23 target: a ``UnifiedRadixCache`` subclass that the
 under ``--enable-swa-islands`` (``create_unified_radix_cache(ctx, cache_class=...)``). Islands
 live in the controller only: they go through what both tree cores answer (``checkpoint``,
 ``lock`` / ``release_swa``, ``evict``), so the default Rust core and the Python core behave alike;
-only the opt-in eviction order ``window`` overrides a ``TreeComponent`` (and so runs on the Python
-core). Vocabulary and formulas:
+only the eviction order ``window`` (``auto``'s choice at a lean SWA pool) overrides a
+``TreeComponent`` (and so runs on the Python core). Vocabulary and formulas:
 ``swa_island_formulas`` (shared with the 0.5.15 target).
 
 - computed length ``L`` of a running request: ``len(origin_input_ids) + len(output_ids) - 1``
@@ -43,7 +43,9 @@ core). Vocabulary and formulas:
   elsewhere while the free SWA pool is below ``reclaim_watermark`` (one prefill chunk). Not
   given, the policy is ``default_reclaim`` of the eviction order: ``lazy`` under ``window``, whose
   order gives cold SWA up before any window, ``auto`` under ``lru``.
-- eviction order (``--swa-islands-eviction``): ``lru`` (default) keeps upstream's SWA walk on
+- eviction order (``--swa-islands-eviction``, ``resolve_eviction``): ``auto`` (default) is
+  ``window`` where the SWA pool cannot keep one chunk per running request
+  (``lazy_reclaim_fits``), else ``lru``; ``lru`` keeps upstream's SWA walk on
   either tree core; ``window`` swaps in ``SWAIslandComponent`` (cold SWA before retention windows
   before the other windows before queued hits', ``unified_cache.components.swa_island``) through
   upstream's ``component_registry_override``, which selects the Python tree core.
@@ -73,6 +75,7 @@ from sglang.srt.mem_cache.swa_island_formulas import (
     island_out_of_window,
     lazy_reclaim_fits,
     reclaim_watermark,
+    resolve_eviction,
 )
 from sglang.srt.mem_cache.swa_island_guard import check_swa_island_pool
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
@@ -91,6 +94,14 @@ def computed_len(req: "Req") -> int:
     return len(req.origin_input_ids) + len(req.output_ids) - 1
 
 
+def _auto_reason(eviction: str, fits: bool) -> str:
+    """What the log says after a resolved ``auto`` eviction order."""
+    if eviction != "auto":
+        return ""
+    return (" (auto: the SWA pool keeps a chunk per running request)" if fits else
+            " (auto: the SWA pool cannot keep a chunk per running request)")
+
+
 class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
     """``UnifiedRadixCache`` with SWA islands (``--enable-swa-islands``)."""
 
@@ -98,12 +109,18 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         if params.swa_islands_eviction not in EVICTION_ORDERS:
             raise ValueError(f"swa_islands_eviction must be one of {EVICTION_ORDERS}, "
                              f"got {params.swa_islands_eviction!r}")
-        reclaim = params.swa_islands_reclaim or default_reclaim(params.swa_islands_eviction)
+        swa_tree = ComponentType.SWA in (params.tree_components or ())
+        # Whether the SWA pool keeps one chunk live per running request (``lazy_reclaim_fits``):
+        # it resolves ``auto`` of both settings.
+        fits = swa_tree and lazy_reclaim_fits(
+            params.token_to_kv_pool_allocator.size_swa, params.req_to_token_pool.size,
+            params.chunked_prefill_size, params.page_size)
+        eviction = resolve_eviction(params.swa_islands_eviction, fits or not swa_tree)
+        reclaim = params.swa_islands_reclaim or default_reclaim(eviction)
         if reclaim not in RECLAIM_POLICIES:
             raise ValueError(f"swa_islands_reclaim must be one of {RECLAIM_POLICIES}, "
                              f"got {params.swa_islands_reclaim!r}")
-        if params.swa_islands_eviction == "window" and ComponentType.SWA in (
-                params.tree_components or ()):
+        if eviction == "window" and swa_tree:
             # Upstream's extension point for a component; it selects the Python tree core.
             params.component_registry_override = {
                 **(params.component_registry_override or {}),
@@ -120,9 +137,9 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         self.reclaim_watermark = reclaim_watermark(params.chunked_prefill_size, self.page_size)
         # Whether ``auto`` may leave chunks live at all: only where the SWA pool keeps one chunk
         # per running request (main's single SWA LRU list would evict them with their windows).
-        self.lazy_reclaim_fits = self.is_swa_enabled and lazy_reclaim_fits(
-            self.token_to_kv_pool_allocator.size_swa, self.req_to_token_pool.size,
-            params.chunked_prefill_size, self.page_size)
+        self.lazy_reclaim_fits = self.is_swa_enabled and fits
+        # The eviction order this cache runs: --swa-islands-eviction, ``auto`` resolved.
+        self.swa_islands_eviction = eviction
         # Tokens an island's window spans for ``island_out_of_window``: the retained window + 1.
         self._island_window = (self.swa_retain_window or 0) + 1
         # Whether decode islands run at all (an SWA tree that is not disabled).
@@ -130,13 +147,14 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         # Queued hits: kept by the window order's component, installed above (None under ``lru``).
         self._swa_island_component = (
             self.components[ComponentType.SWA]
-            if params.swa_islands_eviction == "window" and ComponentType.SWA in self.components
+            if eviction == "window" and ComponentType.SWA in self.components
             else None)
         if self._islands_active:
             check_swa_island_pool(self, params.chunked_prefill_size)
-        logger.info("SWA islands: reclaim %s%s, eviction %s, decode island every %d tokens",
+        logger.info("SWA islands: reclaim %s%s, eviction %s%s, decode island every %d tokens",
                     reclaim, "" if params.swa_islands_reclaim else " (the default for it)",
-                    params.swa_islands_eviction, self.decode_island_interval)
+                    eviction, _auto_reason(params.swa_islands_eviction, fits),
+                    self.decode_island_interval)
 
     # ---- reclaim --------------------------------------------------------------------------------
 

@@ -43,19 +43,34 @@ RECLAIM_POLICIES = ("lazy", "eager", "auto")
 """``--swa-islands-reclaim`` choices; on 0.5.15 the first is the default (its SWA eviction is
 window-aware); on 0.5.23 the default is :func:`default_reclaim` of the eviction order."""
 
-EVICTION_ORDERS = ("lru", "window")
-"""``--swa-islands-eviction`` choices on the 0.5.23 target; the first is the default: ``lru`` is
-upstream's SWA walk (either tree core), ``window`` gives SWA up by class (Python tree core)."""
+EVICTION_ORDERS = ("auto", "lru", "window")
+"""``--swa-islands-eviction`` choices on the 0.5.23 target; the first is the default. ``lru`` is
+upstream's SWA walk (either tree core), ``window`` gives SWA up by class (Python tree core),
+``auto`` is one of the two by the pool (:func:`resolve_eviction`)."""
+
+
+def resolve_eviction(eviction: str, lazy_fits: bool) -> str:
+    """The SWA eviction order a cache runs, on the 0.5.23 target. ``lru`` and ``window`` stand;
+    ``auto`` is ``window`` where the SWA pool cannot keep one chunk per running request
+    (``lazy_fits`` false, :func:`lazy_reclaim_fits`: the lean pools islands are for, where one LRU
+    walk gives up the windows that end matches together with cold SWA), else ``lru`` (no pressure
+    to order, upstream's walk on its default tree core). Example: SWA pool 1,825, 16 requests,
+    cp 512: ``window``; SWA pool 32,768: ``lru``."""
+    if eviction not in EVICTION_ORDERS:
+        raise ValueError(f"eviction order must be one of {EVICTION_ORDERS}, got {eviction!r}")
+    if eviction != "auto":
+        return eviction
+    return "lru" if lazy_fits else "window"
 
 
 def default_reclaim(eviction: str) -> str:
-    """``--swa-islands-reclaim`` when not given, on the 0.5.23 target: ``lazy`` under the
-    ``window`` eviction order, which gives cold SWA up before any window, so SWA kept below a
-    frontier costs no window a match needs; ``auto`` under ``lru``, whose single LRU walk would
-    give up an older window before newer cold SWA (lazy there loses hits upstream keeps at lean
-    pools)."""
-    if eviction not in EVICTION_ORDERS:
-        raise ValueError(f"eviction order must be one of {EVICTION_ORDERS}, got {eviction!r}")
+    """``--swa-islands-reclaim`` when not given, on the 0.5.23 target, for a resolved eviction
+    order (:func:`resolve_eviction`): ``lazy`` under ``window``, which gives cold SWA up before
+    any window, so SWA kept below a frontier costs no window a match needs; ``auto`` under
+    ``lru``, whose single LRU walk would give up an older window before newer cold SWA (lazy
+    there loses hits upstream keeps at lean pools)."""
+    if eviction not in ("lru", "window"):
+        raise ValueError(f"a resolved eviction order is lru or window, got {eviction!r}")
     return "lazy" if eviction == "window" else "auto"
 
 COLD, RETENTION, WINDOW, QUEUED = 0, 1, 2, 3

@@ -131,7 +131,7 @@ class TestSwaIslandsRefusals(unittest.TestCase):
                            environ={})
 
     def test_an_unknown_eviction_order_is_refused(self):
-        with self.assertRaisesRegex(ValueError, "--swa-islands-eviction must be one of lru, window"):
+        with self.assertRaisesRegex(ValueError, "--swa-islands-eviction must be one of auto, lru, window"):
             handle_swa_islands(args(enable_swa_islands=True, swa_islands_eviction="fifo"),
                                environ={})
         handle_swa_islands(args(enable_swa_islands=True, swa_islands_eviction="window"), environ={})

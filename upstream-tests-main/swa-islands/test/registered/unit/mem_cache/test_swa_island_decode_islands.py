@@ -56,7 +56,7 @@ def output_token(i: int) -> int:
 
 def build(backend: str, *, islands: bool = True, eagle: bool = False, page: int = 1, **fields):
     defaults = dict(enable_swa_islands=islands, chunked_prefill_size=CHUNK,
-                    tree_core_backend=backend, is_eagle=eagle)
+                    tree_core_backend=backend, is_eagle=eagle, swa_islands_eviction="lru")
     params = build_params(max_num_reqs=2, kv_size=KV, page_size=page,
                           **{**defaults, **fields})
     cls = SWAIslandUnifiedRadixCache if islands else UnifiedRadixCache

@@ -57,6 +57,9 @@ class _ReclaimSuite:
     BACKEND = "python"
 
     def build(self, reclaim="lazy", *, islands=True, cls=None, max_num_reqs=4, **fields):
+        # The reclaim decision on this tree core: upstream's SWA walk (``auto`` would take the
+        # window order, on the Python core, where the pool cannot keep a chunk per request).
+        fields = {"swa_islands_eviction": "lru", **fields}
         params = build_params(
             max_num_reqs=max_num_reqs, kv_size=KV, tree_core_backend=self.BACKEND,
             enable_swa_islands=islands, swa_islands_reclaim=reclaim,

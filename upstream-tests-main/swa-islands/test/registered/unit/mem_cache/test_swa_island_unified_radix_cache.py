@@ -10,12 +10,14 @@ from array import array
 import torch
 
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.swa_island_formulas import (
     DEFAULT_DECODE_ISLAND_INTERVAL,
     hold_unified_decode,
     island_capacity,
     island_floor,
+    lazy_reclaim_fits,
     ratio_for_swa_pool,
 )
 from sglang.srt.mem_cache.swa_island_guard import (
@@ -23,6 +25,8 @@ from sglang.srt.mem_cache.swa_island_guard import (
     warn_swa_pool_binds_without_islands,
 )
 from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.mem_cache.unified_cache.components.swa_island import SWAIslandComponent
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 from sglang.test.ci.ci_register import register_cpu_ci
 from swa_islands_stack import KV_SIZE, WINDOW_LEFT, build_params, match_prefix  # beside this file
@@ -39,7 +43,7 @@ class _IslandCacheSuite:
         """(cache, allocator): the island cache (or, ``islands=False``, UnifiedRadixCache) on
         this suite's tree core over a fresh stack."""
         defaults = dict(enable_swa_islands=islands, chunked_prefill_size=CHUNK,
-                        tree_core_backend=self.BACKEND)
+                        tree_core_backend=self.BACKEND, swa_islands_eviction="lru")
         params = build_params(max_num_reqs=max_num_reqs, **{**defaults, **fields})
         cls = SWAIslandUnifiedRadixCache if islands else UnifiedRadixCache
         return cls(params), params.token_to_kv_pool_allocator
@@ -49,6 +53,26 @@ class _IslandCacheSuite:
         self.assertEqual(cache._tree_core_backend, self.BACKEND)
         self.assertEqual("Rust" in type(cache.tree_core).__name__, self.BACKEND == "rust")
         self.assertTrue(cache.supports_swa())
+
+    def test_auto_eviction_takes_the_window_order_where_the_pool_cannot_keep_a_chunk(self):
+        # KV_SIZE SWA tokens: 2 requests x one 64-token chunk fit, 10 do not.
+        for max_num_reqs, order in ((2, "lru"), (10, "window")):
+            with self.subTest(max_num_reqs=max_num_reqs):
+                with self.assertLogs("sglang.srt.mem_cache.swa_island_radix_cache", "INFO") as logs:
+                    cache, _ = self.build(max_num_reqs=max_num_reqs, swa_islands_eviction="auto")
+                fits = lazy_reclaim_fits(cache.token_to_kv_pool_allocator.size_swa,
+                                         max_num_reqs, CHUNK, 1)
+                self.assertEqual(fits, order == "lru")
+                self.assertEqual(cache.swa_islands_eviction, order)
+                self.assertEqual(CacheInitParams.swa_islands_eviction, "auto")  # the default
+                component = cache.components[ComponentType.SWA]
+                self.assertEqual(type(component) is SWAIslandComponent, order == "window")
+                # the window order runs on the Python core; lru keeps this suite's core
+                self.assertEqual(cache._tree_core_backend,
+                                 "python" if order == "window" else self.BACKEND)
+                self.assertEqual(cache.swa_islands_reclaim, "lazy" if order == "window" else "auto")
+                self.assertIn(f"eviction {order} (auto: the SWA pool "
+                              f"{'keeps' if fits else 'cannot keep'} a chunk", logs.output[-1])
 
     def test_settings_come_from_the_cache_params(self):
         cache, _ = self.build()
