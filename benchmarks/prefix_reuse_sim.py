@@ -47,6 +47,7 @@ from prefix_reuse_workloads import CLASSES, PRESETS  # noqa: E402
 import prefix_reuse_replay as replay  # noqa: E402
 from bench_outputs import add_output_args, output_paths, write_files, write_json, write_text  # noqa: E402,E501
 from islands_harness.provenance import git_head  # noqa: E402
+from sglang.srt.mem_cache.swa_island_formulas import EVICTION_ORDERS  # noqa: E402
 
 ROOT = _bench_path.ROOT
 OUTPUT_FILES = {"json": "prefix_reuse_sim.json", "md": "prefix_reuse_sim.md"}
@@ -193,7 +194,10 @@ def to_markdown(result: Dict[str, Any]) -> str:
          "`islands_harness.sim_main.MainMiniScheduler` on 0.5.23 for the `main*` arms, each in its own "
          "environment); the workloads, pools and arms of `prefix_reuse.py` "
          "(`islands` = the default reclaim, `lazy`; `islands_auto` = `--swa-islands-reclaim auto`; "
-         "`main_islands_window` = `--swa-islands-eviction window`). "
+         "`main_islands_window` = `--swa-islands-eviction window`"
+         + ("; `main_islands` = `--enable-swa-islands` with its defaults: eviction `auto`, `window` "
+            "at both lean pools and `lru` at the ample one, and the reclaim that order defaults to"
+            if result.get("main_islands_eviction") == "auto" else "") + "). "
          "Deterministic: a rerun gives the same numbers. Cells: cached tokens summed over the seeds "
          "(share of what a cache that forgets nothing could hit).\n"]
     arms = [a for a in ALL_ARMS if a in result["arms"]]
@@ -261,6 +265,8 @@ def main(argv=None) -> int:
               "target": a.target, "preset": a.preset, "latency_steps": a.latency_steps,
               "seeds": a.seed_list, "pools": a.pool_list, "classes": a.class_list,
               "swa_pools": swa_pools, "runtime_s": round(time.monotonic() - t0, 1), "arms": arms}
+    if "main_islands" in arms:
+        result["main_islands_eviction"] = EVICTION_ORDERS[0]  # the default it ran with
     result["summary"] = summarize(result)
     run_dir = ROOT / ".work" / "prefix_reuse_sim" / time.strftime("%Y%m%d-%H%M%S")
     written = write_files(output_paths(a, output_files(a.target), run_dir),

@@ -114,7 +114,10 @@ def build_cache(arm: str, core: str, shape: dict):
     if arm == "main_islands":
         from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
 
+        # lru: the hold on the core asked for (``auto`` takes the window order, on the Python
+        # core only, where the pool cannot keep a chunk per request; cache_cost_main measures it)
         fields.update(enable_swa_islands=True, swa_islands_reclaim="lazy",
+                      swa_islands_eviction="lru",
                       swa_islands_decode_interval=shape.get("decode_interval"))
         cache = SWAIslandUnifiedRadixCache(CacheInitParams(**fields))
     else:

@@ -23,6 +23,7 @@ CASES = [
     ("prefix_reuse_report", "to_markdown", "prefix_reuse_quick_main"),
     ("prefix_reuse_report", "to_markdown", "prefix_reuse_quick_main_window"),
     ("prefix_reuse_report", "to_markdown", "prefix_reuse_quick_main_islands_auto"),
+    ("prefix_reuse_report", "to_markdown", "prefix_reuse_quick_main_auto"),
     ("admission_report", "to_markdown", "admission_quick"),
     ("admission_report", "to_markdown", "admission_quick_main"),
     ("cache_cost_report", "to_markdown", "cache_cost"),
