@@ -18,8 +18,10 @@ each DP rank's tree and pools back at baseline (one node, the whole full and SWA
 The CPU server starts DP 2 without ``SGLANG_CPU_OMP_THREADS_BIND`` (with ``0|1`` it refuses:
 the binding must match the TP size, 1).
 
-On sglang 0.5.23 (``.venv-main-islands``) the tree lives in the Rust core, out of reach of the
-digest; there the same two boots run with upstream's own checker switched on
+On sglang 0.5.23 (``.venv-main-islands``) the default eviction ``auto`` takes the window order at
+this lean pool (every rank logs it, and the test asserts it), so the tree lives in the Python core
+and the queued hits and eviction classes run under TP; the digest reads 0.5.15's tree only, so
+there the same two boots run with upstream's own checker switched on
 (``SGLANG_ENABLE_RANK_CONSENSUS_CHECKER=1``: every ``@rank_consensus`` call, ``checkpoint`` with its
 ``req.rid`` and ``up_to`` among them, must be made with the same arguments on every rank, or the
 scheduler raises), and outputs and sequential cached tokens must equal TP 1's. A ``--dp-size 2``
@@ -52,6 +54,8 @@ pytestmark = pytest.mark.server
 DIGEST = re.compile(r"^\[[^\]]*?(?: TP(\d+))?\] SWA islands tree digest: (\w+) ", re.M)
 # "[time DP1] SWA islands tree digest: SHA nodes=... swa_free=N" under --dp-size 2
 DP_DIGEST = re.compile(r"^\[[^\]]*? DP(\d+)(?: TP\d+)?\] SWA islands tree digest: (\w+) (.*)$", re.M)
+ISLAND_SETTINGS = re.compile(r"SWA islands: reclaim .*?, eviction (\w+) \(auto: ")
+"""0.5.23's island cache, per rank at startup: the order the default ``auto`` resolved to."""
 # "[time DP1] Prefill batch, #new-seq: 1, ..., full token usage: 0.00, swa token usage: 0.00, ..."
 DP_PREFILL = re.compile(r"^\[[^\]]*? DP(\d+)(?: TP\d+)?\] Prefill batch, .*?full token usage: "
                         r"([\d.]+), swa token usage: ([\d.]+)", re.M)
@@ -124,7 +128,8 @@ def run_server(model, workload, tp: int, python: str | None = None, dp: int = 1)
                 "dp_before_flush": latest_dp_digests(log), "dp_flushed": flushed,
                 "dp_prefill_ranks": {int(m.group(1)) for m in DP_PREFILL.finditer(log)},
                 "dp_after_flush": after_flush,
-                "consensus_checker": "Rank consensus checker is enabled" in log}
+                "consensus_checker": "Rank consensus checker is enabled" in log,
+                "island_settings": ISLAND_SETTINGS.findall(log)}
 
 
 def _model_and_workload():
@@ -184,6 +189,9 @@ def test_tp2_ranks_agree_on_the_tree_after_every_phase(runs):
 def test_main_tp2_with_the_rank_consensus_checker_equals_tp1(main_runs):
     one, two = main_runs[1], main_runs[2]
     assert two["consensus_checker"]  # it ran: a divergence would have stopped the server
+    # both ranks resolved the default eviction to the window order (a lean pool)
+    assert len(two["island_settings"]) == 2, two["island_settings"]
+    assert all(order == "window" for order in two["island_settings"]), two["island_settings"]
     assert two["outputs"] == one["outputs"]
     assert two["cached"] == one["cached"]
     assert sum(one["cached"].values()) > 0
