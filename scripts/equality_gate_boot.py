@@ -122,6 +122,13 @@ class Boot:
         self.shim = shim
         self.server_args = common_server_args(args, page) + (
             ["--enable-swa-islands"] if islands else [])
+        if shim and getattr(args, "target", "0.5.15") == "main":
+            # The main shim moves the frontier of main's commit-time free, which the lru order's
+            # default reclaim makes at every commit at this pool. The default eviction (auto) takes
+            # the window order here, whose reclaim (lazy) frees nothing at a commit: the shim would
+            # free SWA the tree still owns, and the boot dies of the double frees (negative SWA
+            # usage, then an allocation failure) before its outputs can be compared.
+            self.server_args += ["--swa-islands-eviction", "lru"]
         self.env = common_env(args.device, page, args.kv_page_invariants)
         if shim:
             # Control only: the shim, and the server's own checks off (they would stop the server

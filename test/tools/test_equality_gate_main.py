@@ -114,8 +114,9 @@ def test_main_shim_is_test_only():
 
 
 def test_main_target_boots_the_islands_env_with_and_without_the_flag():
-    """--print-commands: both boots on .venv-main-islands' interpreter, the only difference
-    --enable-swa-islands; the control boot gets the main shim on PYTHONPATH."""
+    """--print-commands: both boots on .venv-main-islands' interpreter, the only differences
+    --enable-swa-islands and, for the control boot (the main shim on PYTHONPATH), the lru order
+    whose commit-time free the shim moves."""
     p = subprocess.run([sys.executable, str(GATE), "--target", "main", "--quick",
                         "--negative-control", "--print-commands"], cwd=ROOT,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
@@ -126,5 +127,6 @@ def test_main_target_boots_the_islands_env_with_and_without_the_flag():
     assert all(c.startswith(str(MAIN_PYTHON)) for c in cmds), cmds
     off, on = cmds
     assert "--enable-swa-islands" not in off.split() and "--enable-swa-islands" in on.split()
-    assert on.replace(" --enable-swa-islands", "") == off
+    assert on.endswith(" --swa-islands-eviction lru"), on
+    assert on.replace(" --enable-swa-islands", "").replace(" --swa-islands-eviction lru", "") == off
     assert "wrong_frontier_main" in envs[1] and "wrong_frontier" not in envs[0]

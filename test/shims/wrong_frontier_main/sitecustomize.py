@@ -26,6 +26,11 @@ server's own invariant checks must be off in the control boot (the gate does tha
 shows that the *output comparison* catches a wrong frontier. Log lines start with
 ``[wrong_frontier shim]`` ("installed", then "freed SWA").
 
+The control boot runs the ``lru`` eviction order (the gate passes ``--swa-islands-eviction lru``),
+whose default reclaim frees below the frontier at every commit at the gate's pool: the frontier
+this shim moves. Under the window order reclaim is lazy, nothing is freed at a commit, and the
+shim's frees would hit SWA the tree still owns.
+
 ``SWA_WRONG_FRONTIER_SHIFT`` (environment): the shift in tokens (default ``w``).
 """
 
