@@ -26,6 +26,7 @@ CASES = [
     ("prefix_reuse_report", "to_markdown", "prefix_reuse_quick_main_auto"),
     ("admission_report", "to_markdown", "admission_quick"),
     ("admission_report", "to_markdown", "admission_quick_main"),
+    ("admission_report", "to_markdown", "admission_quick_main_auto"),
     ("cache_cost_report", "to_markdown", "cache_cost"),
     ("decode_reuse", "markdown", "decode_reuse"),
     ("decode_reuse", "markdown", "decode_reuse_main"),
