@@ -69,6 +69,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from islands_harness.client import StreamingRequest, generate_body  # noqa: E402
+from sglang.srt.mem_cache.swa_island_formulas import EVICTION_ORDERS  # noqa: E402
 from islands_harness.ops import (  # noqa: E402
     flush,
     flush_ok,
@@ -572,7 +573,7 @@ def main(argv=None) -> int:
     ap.add_argument("--target", choices=TARGETS, default="0.5.15",
                     help="0.5.15 (default, this interpreter) or main (sglang 0.5.23: "
                          ".venv-main-islands, or .venv-main with --islands off)")
-    ap.add_argument("--eviction", choices=("auto", "lru", "window"), default=None,
+    ap.add_argument("--eviction", choices=EVICTION_ORDERS, default=None,
                     help="main with islands on: --swa-islands-eviction (default: the server's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="report (default .work/soak/<stamp>.json)")
