@@ -1,5 +1,5 @@
 """Targeted mutants of the 0.5.23 island code (window order, queued hits, the scheduler hook, the
-default reclaim):
+default reclaim, the decode islands' committed length):
 each one is written into ``.venv-main-islands``' installed copy, the upstream-layout unit tests
 that cover it run, and the copy is restored (also on failure or Ctrl-C). A mutant the tests do not
 kill is a hole in them. Complements ``scripts/mutation.sh`` (cosmic-ray over the 0.5.15 modules).
@@ -31,7 +31,8 @@ FORMULAS = "srt/mem_cache/swa_island_formulas.py"
 RUN = ("registered/unit/mem_cache/test_swa_island_queued_hits.py",
        "registered/unit/mem_cache/test_swa_island_eviction_order.py",
        "registered/unit/managers/test_request_queued_hook.py",
-       "registered/unit/mem_cache/test_swa_island_unified_radix_cache.py")
+       "registered/unit/mem_cache/test_swa_island_unified_radix_cache.py",
+       "registered/unit/mem_cache/test_swa_island_decode_islands.py")
 
 # (name, file under the sglang package, exact text, replacement)
 MUTANTS = (
@@ -59,6 +60,8 @@ MUTANTS = (
      "nxt = token_ids[hit: hit + page", "nxt = token_ids[hit + 1: hit + 1 + page"),
     ("continuing looks under the child, not its parent", QUEUED,
      "by_edge = self._at.get(child.parent)", "by_edge = self._at.get(child)"),
+    ("a decode island counts only computed tokens (not the launched step's)", CACHE,
+     "    return req.owned_kv_len()", "    return len(req.origin_input_ids) + len(req.output_ids) - 1"),
     ("the scheduler does not tell the cache", SCHED,
      "            self.tree_cache.on_request_queued(req)\n", ""),
     ("the window order's default reclaim is auto", FORMULAS,

@@ -9,13 +9,16 @@ only the eviction order ``window`` (``auto``'s choice at a lean SWA pool) overri
 ``TreeComponent`` (and so runs on the Python core). Vocabulary and formulas:
 ``swa_island_formulas`` (shared with the 0.5.15 target).
 
-- computed length ``L`` of a running request: ``len(origin_input_ids) + len(output_ids) - 1``
-  tokens have KV (the newest token's KV is written by the next forward). Not
-  ``kv_committed_len``, which ``alloc_for_decode`` raises at allocation, one step ahead under
-  overlap.
+- committed length ``L`` of a running request: ``req.owned_kv_len()``, the tokens upstream's
+  ``release_kv_cache`` would checkpoint were the request released now (``kv_committed_len``).
+  Its KV is written, or being written by a forward already launched: under the overlap
+  scheduler ``alloc_for_decode`` counts the next step's position before this step's result is
+  processed, and that step runs before any batch scheduled later, as at upstream's finish insert.
+  Without overlap it is every token but the newest. ``island_out_of_window`` keeps one page of
+  slack for that token.
 - decode island: ``on_decode_progress`` (called by the scheduler once per decode step of a running
   request) checkpoints ``[0, L)`` into the tree through main's own ``checkpoint`` once
-  ``decode_island_interval`` tokens were computed since the request's tree-protected end
+  ``decode_island_interval`` tokens were committed since the request's tree-protected end
   (``req.kv.cache_protected_len``, the end of its last island: the prompt end, then each decode
   island). Main's insert path then frees the request's SWA below its frontier (tombstones),
   splits a leaf longer than the window so the request's new lock covers one window, and moves
@@ -88,10 +91,11 @@ if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
 
 
-def computed_len(req: "Req") -> int:
-    """Tokens of ``req`` whose KV is written: all but the newest (its KV is the next forward's).
-    Example: a 100-token prompt with 5 output tokens -> 104."""
-    return len(req.origin_input_ids) + len(req.output_ids) - 1
+def committed_len(req: "Req") -> int:
+    """``L``: what upstream's release would checkpoint now (``owned_kv_len``; the prompt only
+    under ``strip_thinking_cache`` while reasoning). Example: a 100-token prompt with 5 output
+    tokens -> 104 without overlap, 105 with the next decode step launched (overlap)."""
+    return req.owned_kv_len()
 
 
 def _auto_reason(eviction: str, fits: bool) -> str:
@@ -224,27 +228,27 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         lock = req.lock
         if lock is None or not self._islands_active:
             return
-        computed = computed_len(req)
+        committed = committed_len(req)
         protected = req.kv.cache_protected_len
         if (
-            decode_island_due(computed, protected, self.decode_island_interval)
+            decode_island_due(committed, protected, self.decode_island_interval)
             and req.kv.holds_kv
             and not req.skip_radix_cache_insert  # barred from the tree, as checkpoint_kv_cache
             and not req.finished()
         ):
-            self.insert_decode_island(req, computed)
+            self.insert_decode_island(req, committed)
             lock, protected = req.lock, req.kv.cache_protected_len
         if lock is not None and not lock.swa_released and island_out_of_window(
-            computed, protected, self._island_window, self.page_size
+            committed, protected, self._island_window, self.page_size
         ):
             super().release_swa_prefix_lock(req)
 
-    def insert_decode_island(self, req: "Req", computed: int) -> None:
-        """Checkpoint ``[0, computed)`` of the request's tokens: main's own insert path (frees the
+    def insert_decode_island(self, req: "Req", committed: int) -> None:
+        """Checkpoint ``[0, committed)`` of the request's tokens: main's own insert path (frees the
         request's SWA below the frontier as tombstones, caps the new leaf at one window, moves
         ``req.lock`` to the island and sets ``cache_protected_len`` to its page-aligned end)."""
         req.refresh_fill_ids()  # the fill ids lag output_ids until the next prepare_for_decode
-        self.checkpoint(req, up_to=computed)
+        self.checkpoint(req, up_to=committed)
 
     def release_swa_prefix_lock(self, req: "Req") -> None:
         """Release the SWA part of ``req.lock`` only once the request left the window of the
@@ -253,6 +257,6 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         Answers main's ``SGLANG_OPT_RELEASE_PREFILL_SWA`` (``maybe_evict_swa``), which counts
         decode batches since the prefill: under islands the lock may be a decode island's taken
         a step ago, whose window the request still reads."""
-        if island_out_of_window(computed_len(req), req.kv.cache_protected_len,
+        if island_out_of_window(committed_len(req), req.kv.cache_protected_len,
                                 self._island_window, self.page_size):
             super().release_swa_prefix_lock(req)

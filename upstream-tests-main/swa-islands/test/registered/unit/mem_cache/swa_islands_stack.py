@@ -106,12 +106,14 @@ def computed_len(req) -> int:
     return len(req.origin_input_ids) + len(req.output_ids) - 1
 
 
-def decode_step(cache, req, tokens, *, swa_eviction_interval=None) -> None:
+def decode_step(cache, req, tokens, *, swa_eviction_interval=None, overlap=False) -> None:
     """One decode step that committed ``tokens`` (1, or a speculative accept length), as the
     scheduler runs it: the step's KV slots (the positions it computed), main's decode SWA evictor
     (``maybe_evict_swa`` -> ``evict_sliding_windows``, every ``swa_eviction_interval`` tokens, off
     with None), the tokens appended (``process_batch_result_decode``), then the tree cache told
-    (``on_decode_progress``; a no-op on stock main)."""
+    (``on_decode_progress``; a no-op on stock main). ``overlap``: the overlap scheduler's order
+    for one-token steps, where the next step is allocated (``alloc_for_decode`` raises
+    ``kv_committed_len``) and launched before this step's result is processed."""
     pool = cache.req_to_token_pool
     end = computed_len(req) + len(tokens)  # the step computed KV for [computed, end)
     start = req.kv.kv_allocated_len
@@ -128,6 +130,10 @@ def decode_step(cache, req, tokens, *, swa_eviction_interval=None) -> None:
                                      + swa_eviction_interval):
             cache.evict_sliding_windows(req, end - 1)
     req.output_ids.extend(tokens)
+    if overlap:
+        pos = req.kv.kv_allocated_len  # the newest token's position: the launched step's
+        pool.write((req.kv.req_pool_idx, slice(pos, pos + 1)), alloc_decode(cache, req, pos))
+        req.kv.kv_committed_len = req.kv.kv_allocated_len = pos + 1
     cache.on_decode_progress(req, len(tokens))
 
 

@@ -2,8 +2,9 @@
 the cache (chunk commits, decode steps that call ``on_decode_progress``, ``release_kv_cache``) over
 the real UnifiedRadixCache, SWA allocator and pools.
 
-- a decode island is laid once ``interval`` tokens were computed since the last island, whatever
-  the accept lengths (a modulo trigger would miss most of them);
+- a decode island is laid once ``interval`` tokens were committed since the last island, whatever
+  the accept lengths (a modulo trigger would miss most of them); under the overlap scheduler the
+  committed tokens include the launched step's, as in what ``release_kv_cache`` checkpoints;
 - a request that shares a running request's prompt and part of its output hits at least the last
   island's end (stock main: only the prompt, the output enters the tree at finish);
 - an island's window lock is released ``w + p`` tokens after it, once, and main's
@@ -201,6 +202,32 @@ class _DecodeIslandSuite:
             cache.swa_protected_size()), swa_eviction_interval=32)
         self.assertLessEqual(max(holds), W + INTERVAL + P)
         self.assertGreater(max(holds), W + 2 * P)  # the price of islands closer than a window
+
+    def test_under_overlap_an_island_takes_the_launched_step_as_release_would(self):
+        # the overlap scheduler allocates and launches the next step before it processes this
+        # one's result: kv_committed_len is one ahead of the computed tokens, and what
+        # release_kv_cache would checkpoint (owned_kv_len) includes the launched position. The
+        # island is due one step sooner and ends where it would without overlap.
+        first = {}
+        for overlap in (False, True):
+            cache = self.build()
+            allocator = cache.token_to_kv_pool_allocator
+            baseline = (allocator.full_available_size(), allocator.swa_available_size())
+            req = prefill(cache)
+            while req.kv.cache_protected_len <= len(PROMPT) and len(req.output_ids) < 4 * INTERVAL:
+                decode_step(cache, req, [output_token(len(req.output_ids))], overlap=overlap)
+            end = req.kv.cache_protected_len
+            first[overlap] = (len(req.output_ids), end)
+            self.assertEqual(end, self.key_end(req.owned_kv_len()))
+            if overlap:  # the island covers the launched position, one past the computed tokens
+                self.assertEqual(req.owned_kv_len(), computed_len(req) + 1)
+            release(cache, req, "finish")
+            cache.evict(EvictParams(num_tokens=KV, swa_num_tokens=KV))
+            self.assertEqual((allocator.full_available_size(),
+                              allocator.swa_available_size()), baseline)
+        (n, end), (n_overlap, end_overlap) = first[False], first[True]
+        self.assertGreater(end, len(PROMPT))
+        self.assertEqual((n_overlap, end_overlap), (n - 1, end))
 
     def test_pools_return_to_baseline_after_finish_abort_or_retract(self):
         for how in ("finish", "abort", "retract"):
