@@ -2,4 +2,6 @@
 
 - ``pool_plan``: capacity planning for the two hybrid-SWA KV pools (the library behind
   ``scripts/swa_pool_plan.py``).
+- ``equality_gate``: the two-boot equality gate (the library behind ``scripts/equality_gate.py``).
+- ``mutants_main``: targeted mutants of the 0.5.23 island code (``python -m``).
 """

@@ -91,8 +91,7 @@ def test_a_benign_logged_traceback_is_no_alarm():
     """0.5.23 logs "post-warmup freeze_gc failed" with a traceback when its /freeze_gc post
     races its own port at boot (seen on a loaded machine); that is no alarm, a traceback after
     the next log record is."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from equality_gate_boot import alarm_lines
+    from islands_tools.equality_gate.boot import alarm_lines
 
     boot = ("[t] Uvicorn running\n[t] post-warmup freeze_gc failed\n"
             "Traceback (most recent call last):\n  File x\nConnectionRefusedError: refused\n"

@@ -16,14 +16,14 @@ import threading
 import time
 from typing import Any, Optional
 
-from equality_gate_boot import Boot, BootData, Served
-from equality_gate_compare import evaluate
-from equality_gate_evidence import (conservation_check, evidence, island_counters,
+from .boot import Boot, BootData, Served
+from .compare import evaluate
+from .evidence import (conservation_check, evidence, island_counters,
                                     print_conservation)
-from equality_gate_oracle import Oracle
-from equality_gate_setup import (fingerprint, model_hash, model_window, say, server_python,
+from .oracle import Oracle
+from .setup import (fingerprint, model_hash, model_window, say, server_python,
                                  shim_dir)
-from equality_gate_workload import CPU_WINDOW, Req, Step, all_reqs, build_workload
+from .workload import CPU_WINDOW, Req, Step, all_reqs, build_workload
 
 
 class GateError(Exception):

@@ -13,9 +13,9 @@ import shlex
 import time
 from typing import Optional
 
-from equality_gate_workload import Step, workload_hash
+from .workload import Step, workload_hash
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 SHIM_DIR = ROOT / "test" / "shims" / "wrong_frontier"
 # --target main: the 0.5.23 control shim and the environment both boots run in (islands off is

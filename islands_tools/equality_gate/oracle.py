@@ -15,7 +15,7 @@ import pathlib
 import time
 from typing import Optional
 
-from equality_gate_setup import model_hash
+from .setup import model_hash
 
 
 class Oracle:

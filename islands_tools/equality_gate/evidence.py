@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from equality_gate_boot import POOL_GAUGES, BootData, Metrics, fmt_pool
-from equality_gate_compare import expected_status
-from equality_gate_setup import say
-from equality_gate_workload import Req, Step, all_reqs
+from .boot import POOL_GAUGES, BootData, Metrics, fmt_pool
+from .compare import expected_status
+from .setup import say
+from .workload import Req, Step, all_reqs
 
 
 def conservation_check(boot_label: str, readings: dict[str, Any]) -> list[str]:

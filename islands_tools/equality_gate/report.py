@@ -8,9 +8,9 @@ import argparse
 import json
 import pathlib
 
-from equality_gate_oracle import Oracle
-from equality_gate_run import Plan, Tally
-from equality_gate_setup import elapsed_s, say
+from .oracle import Oracle
+from .run import Plan, Tally
+from .setup import elapsed_s, say
 
 MAX_FAILURES_SHOWN = 25
 

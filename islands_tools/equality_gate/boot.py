@@ -18,15 +18,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional
 
-from equality_gate_setup import (ROOT, common_env, common_server_args, say, server_python,
-                                 shim_dir)
-from equality_gate_workload import Req, Step, all_reqs
+from islands_harness.client import Metrics, StreamingRequest, fetch_metrics
+from islands_harness.server import SglangServer, drop_benign_warnings
 
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from islands_harness.client import Metrics, StreamingRequest, fetch_metrics  # noqa: E402
-from islands_harness.server import SglangServer, drop_benign_warnings  # noqa: E402
+from .setup import common_env, common_server_args, say, server_python, shim_dir
+from .workload import Req, Step, all_reqs
 
 SHIM_MARKER = "[wrong_frontier shim]"
 CUDA_BASE_ARGS = ("--device", "cuda", "--random-seed", "0", "--skip-server-warmup")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from equality_gate_boot import BootData, Served
-from equality_gate_setup import say
-from equality_gate_workload import CLASSES, Req, Step, all_reqs
+from .boot import BootData, Served
+from .setup import say
+from .workload import CLASSES, Req, Step, all_reqs
 
 Oracle = Callable[[list[int], int], list[int]]
 
