@@ -45,7 +45,8 @@ Measured per arm and phase:
   0.25 s (`peak_swa_used_metrics`; misses short peaks);
 - decode islands inserted (`sglang:swa_island_decode_inserts`, islands only);
 - whether every arm's outputs equal the first arm's (`upstream` when it runs; token ids,
-  temperature 0).
+  temperature 0), and whether that arm's outputs equal transformers' greedy decoding of the same
+  input ids (fp32, CPU; `--no-hf-check` skips it).
 
 Examples::
 
@@ -225,7 +226,8 @@ def pool_sizes(srv: SglangServer) -> tuple[int, int]:
 
 
 def follow_up_phase(srv: SglangServer, swa_pool: int, shape: Shape, vocab_hi: int,
-                    outputs: dict[str, list[int]], log) -> tuple[dict[str, Any], Any]:
+                    outputs: dict[str, list[int]], inputs: dict[str, list[int]],
+                    log) -> tuple[dict[str, Any], Any]:
     """Phase 1: B = A's prompt + A's output so far + 20 tokens, sent while A still runs."""
     rng = random.Random(shape.seed)
     with Phase(srv, swa_pool, "follow_up") as ph:
@@ -235,6 +237,7 @@ def follow_up_phase(srv: SglangServer, swa_pool: int, shape: Shape, vocab_hi: in
             a_max_new=shape.k * shape.interval + shape.delta + 96,
             b_new=random_ids(rng, 20, vocab_hi), log=log)
     outputs["follow_up/A"], outputs["follow_up/B"] = fu.a_output_ids, fu.b_output_ids
+    inputs["follow_up/A"], inputs["follow_up/B"] = list(prompt), fu.b_input_ids
     summary = {
         **ph.summary([(fu.prompt_len, 0), (fu.b_prompt_len, fu.b_cached_tokens)]),
         "prompt_len": fu.prompt_len, "generated_at_send": fu.generated_at_send,
@@ -245,7 +248,8 @@ def follow_up_phase(srv: SglangServer, swa_pool: int, shape: Shape, vocab_hi: in
 
 
 def conversation_phase(srv: SglangServer, swa_pool: int, shape: Shape, vocab_hi: int, mode: str,
-                       outputs: dict[str, list[int]], log) -> dict[str, Any]:
+                       outputs: dict[str, list[int]], inputs: dict[str, list[int]],
+                       log) -> dict[str, Any]:
     """Phase 2: the baseline-shaped conversation in one mode (turn 1 is a cold prompt)."""
     crng = random.Random(f"{shape.seed}/conversation")
     first = random_ids(crng, shape.prompt_len, vocab_hi)
@@ -255,6 +259,7 @@ def conversation_phase(srv: SglangServer, swa_pool: int, shape: Shape, vocab_hi:
                              run_on=shape.run_on, log=log)
     for t in turns:
         outputs[f"conversation_{mode}/turn{t.turn}"] = t.output_ids
+        inputs[f"conversation_{mode}/turn{t.turn}"] = t.input_ids
     return {**ph.summary([(t.prompt_len, t.cached_tokens) for t in turns]),
             "turns": turn_rows(turns)}
 
@@ -315,7 +320,8 @@ def agents_per_turn(results: dict[int, list[Turn]], turns: int) -> list[dict[str
 
 
 def agents_phase(srv: SglangServer, swa_pool: int, shape: Shape, vocab_hi: int,
-                 outputs: dict[str, list[int]], log) -> dict[str, Any]:
+                 outputs: dict[str, list[int]], inputs: dict[str, list[int]],
+                 log) -> dict[str, Any]:
     """Phase 3: concurrent seeded agents, each sending its next turn while the last one runs."""
     plans = agent_plans(shape, vocab_hi)
     with Phase(srv, swa_pool, "agents") as ph:
@@ -323,6 +329,7 @@ def agents_phase(srv: SglangServer, swa_pool: int, shape: Shape, vocab_hi: int,
     for i, ts in results.items():
         for t in ts:
             outputs[f"agents/agent{i}/turn{t.turn}"] = t.output_ids
+            inputs[f"agents/agent{i}/turn{t.turn}"] = t.input_ids
     return {
         **ph.summary([(t.prompt_len, t.cached_tokens) for ts in results.values() for t in ts]),
         "per_turn": agents_per_turn(results, shape.turns),
@@ -347,15 +354,17 @@ def run_arm(model: pathlib.Path, vocab_hi: int, arm: str, shape: Shape,
     srv.start()
     progress(f"{arm}: up in {srv.boot_s:.0f} s (log {srv.log_path})")
     outputs: dict[str, list[int]] = {}
+    inputs: dict[str, list[int]] = {}  # the token ids each request sent, by the same names
     phases: dict[str, dict[str, Any]] = {}
     log = lambda m: progress(f"  {arm}: {m}")  # noqa: E731
     try:
         swa_pool, full_pool = pool_sizes(srv)
-        phases["follow_up"], fu = follow_up_phase(srv, swa_pool, shape, vocab_hi, outputs, log)
+        phases["follow_up"], fu = follow_up_phase(srv, swa_pool, shape, vocab_hi, outputs, inputs,
+                                                      log)
         for mode in shape.modes:
             phases[f"conversation_{mode}"] = conversation_phase(
-                srv, swa_pool, shape, vocab_hi, mode, outputs, log)
-        phases["agents"] = agents_phase(srv, swa_pool, shape, vocab_hi, outputs, log)
+                srv, swa_pool, shape, vocab_hi, mode, outputs, inputs, log)
+        phases["agents"] = agents_phase(srv, swa_pool, shape, vocab_hi, outputs, inputs, log)
         decode_islands, chunk_islands = island_counts(srv)
     finally:
         srv.stop()
@@ -380,16 +389,26 @@ def run_arm(model: pathlib.Path, vocab_hi: int, arm: str, shape: Shape,
         "code_at_boot": code,
         "log": str(srv.log_path),
         "_outputs": outputs,
+        "_inputs": inputs,
     }
 
 
 # ---- report ------------------------------------------------------------------------------------
 
 
+def reference_arm(arms: dict[str, dict[str, Any]]) -> str:
+    """The arm the others are compared with: ``upstream`` when it ran, else the first."""
+    return "upstream" if "upstream" in arms else next(iter(arms))
+
+
+def first_difference(a: list[int], b: list[int]) -> int:
+    """The first index where two token lists differ (the shorter one's length if one is a prefix)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def compare_outputs(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Every arm's outputs against the reference arm's (``upstream`` when it ran, else the first),
-    request by request."""
-    ref = "upstream" if "upstream" in arms else next(iter(arms))
+    """Every arm's outputs against the reference arm's (``reference_arm``), request by request."""
+    ref = reference_arm(arms)
     up = arms[ref]["_outputs"]
     diff, compared = {}, set(up)
     for arm, res in arms.items():
@@ -400,14 +419,30 @@ def compare_outputs(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
         for name in sorted(set(up) | set(other)):
             a, b = up.get(name), other.get(name)
             if a != b:
-                first = None if a is None or b is None else next(
-                    (i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                first = None if a is None or b is None else first_difference(a, b)
                 diff[f"{arm}:{name}"] = {"first_diff": first}
     out = {"requests_compared": len(compared), "arms_compared": sorted(set(arms) - {ref}),
            "differ": diff, "all_equal": not diff}
     if ref != "upstream":
         out["reference"] = ref
     return out
+
+
+def hf_check(model: pathlib.Path, arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The reference arm's outputs against transformers' greedy decoding of the same input ids
+    (fp32, CPU, ``islands_harness.hf_oracle``), request by request, as many tokens as the server
+    returned. With every arm equal to the reference, every arm is transformers' greedy."""
+    from islands_harness.hf_oracle import greedy_decode_one
+
+    ref = reference_arm(arms)
+    ins, outs = arms[ref]["_inputs"], arms[ref]["_outputs"]
+    differ = {}
+    for name in sorted(outs):
+        want = greedy_decode_one(model, ins[name], len(outs[name]))
+        if want != outs[name]:
+            differ[name] = {"first_diff": first_difference(want, outs[name])}
+    progress(f"transformers' greedy: {len(outs) - len(differ)} of {len(outs)} {ref} outputs equal")
+    return {"reference": ref, "requests": len(outs), "differ": differ, "all_equal": not differ}
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -476,6 +511,11 @@ def markdown(result: dict[str, Any]) -> str:
     ref = eq.get("reference", "upstream")
     lines += ["", f"Outputs: {eq['requests_compared']} requests, {others} == {ref} token for "
                   f"token: {eq['all_equal']}" + ("" if eq["all_equal"] else f" (differ: {eq['differ']})"),
+              *(["", f"Transformers' greedy (fp32, same input ids): {result['hf']['requests']} "
+                 f"{result['hf']['reference']} outputs equal token for token: "
+                 f"{result['hf']['all_equal']}" + ("" if result["hf"]["all_equal"] else
+                                                   f" (differ: {result['hf']['differ']})")]
+                if "hf" in result else []),
               "", f"Upstream baseline for comparison (same model and shape): {json.dumps(BASELINE)}",
               f"Total runtime: {result['runtime_s']} s", ""]
     return "\n".join(lines)
@@ -511,6 +551,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arms", default="upstream,upstream_knobs,islands", help="comma separated, of "
                     + ", ".join(ARMS))
     ap.add_argument("--extra-server-args", default="", help="appended to every arm's arguments")
+    ap.add_argument("--no-hf-check", dest="hf_check", action="store_false",
+                    help="skip comparing the reference arm's outputs with transformers' greedy "
+                         "decoding of the same input ids (fp32, CPU; about a minute)")
     ap.add_argument("--json", default=None, help="write the result JSON here")
     ap.add_argument("--md", default=None, help="write the markdown table here")
     a = ap.parse_args(argv)
@@ -538,8 +581,11 @@ def main(argv: list[str] | None = None) -> int:
         result["outputs"] = compare_outputs(arms)
     else:
         result["outputs"] = {"requests_compared": 0, "differ": {}, "all_equal": None}
+    if a.hf_check and arms:
+        result["hf"] = hf_check(model, arms)
     for arm in arms.values():
         arm.pop("_outputs")
+        arm.pop("_inputs")
     md = markdown(result) if len(arms) else ""
     print(md)
     if a.json:

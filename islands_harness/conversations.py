@@ -122,6 +122,7 @@ class FollowUp:
     b_output_ids: list[int]
     a_completion_tokens: int
     seconds: float
+    b_input_ids: list[int] = dataclasses.field(default_factory=list)
 
 
 def follow_up_while_running(srv: SglangServer, prompt: Sequence[int], *, k: int, delta: int,
@@ -148,7 +149,7 @@ def follow_up_while_running(srv: SglangServer, prompt: Sequence[int], *, k: int,
                     b_cached_tokens=b.cached_tokens, expected_min_hit=len(prompt) + k * interval,
                     a_running_when_b_done=a_running, a_output_ids=ra.output_ids,
                     b_output_ids=b.output_ids, a_completion_tokens=ra.completion_tokens,
-                    seconds=time.monotonic() - t0)
+                    seconds=time.monotonic() - t0, b_input_ids=b_ids)
 
 
 @dataclasses.dataclass

@@ -154,6 +154,25 @@ def test_outputs_are_compared_against_the_first_arm_without_upstream():
         {"upstream": {"_outputs": {}}, "main": {"_outputs": {}}})
 
 
+def test_hf_check_finds_the_first_token_that_is_not_transformers_greedy(tmp_path):
+    """The reference arm's outputs against transformers' greedy of the same inputs: HF's own
+    continuation passes, one changed token is reported at its index, and the table says so."""
+    from islands_harness.hf_oracle import greedy_decode_one
+    from islands_harness.tiny_model import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "m", window=16, layers=4, hidden=64, vocab=512, seed=3)
+    prompt = list(range(5, 45))
+    good = greedy_decode_one(model, prompt, 12)
+    bad = good[:7] + [(good[7] + 1) % 500] + good[8:]
+    arms = {"main": {"_inputs": {"a": prompt, "b": prompt}, "_outputs": {"a": good, "b": bad}},
+            "main_islands": {"_inputs": {}, "_outputs": {}}}
+    hf = decode_reuse.hf_check(model, arms)
+    assert hf == {"reference": "main", "requests": 2, "differ": {"b": {"first_diff": 7}},
+                  "all_equal": False}
+    r = json.loads(MAIN_RESULT_JSON.read_text())
+    assert "Transformers' greedy" in decode_reuse.markdown({**r, "hf": hf})
+
+
 def test_committed_result_backs_the_claims_and_renders_the_committed_table():
     assert RESULT_JSON.exists(), f"{RESULT_JSON} is missing: README quotes it"
     r = json.loads(RESULT_JSON.read_text())
