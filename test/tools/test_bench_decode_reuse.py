@@ -204,7 +204,7 @@ def test_committed_main_result_backs_issue_27s_decode_claims():
     """``decode_reuse_main.json`` (sglang 0.5.23, with the 0.5.15 ``islands`` arm in the same run):
     main_islands hits the running output at least k * interval (the issue's 256 of 264), main and
     main_knobs 0; the agents' cached share per turn at least islands' on 0.5.15; outputs equal
-    across arms."""
+    across arms and to transformers' greedy decoding."""
     r = json.loads(MAIN_RESULT_JSON.read_text())
     assert list(r["arms"]) == ["main", "main_knobs", "main_islands", "islands"]
     sh, isl = r["shape"], r["arms"]["main_islands"]
@@ -219,4 +219,6 @@ def test_committed_main_result_backs_issue_27s_decode_claims():
     assert all(x >= y for x, y in zip(isl["cached_share_per_turn"], ref)), (
         isl["cached_share_per_turn"], ref)
     assert r["outputs"]["all_equal"] is True and r["outputs"]["reference"] == "main"
+    assert r["hf"] == {"reference": "main", "requests": r["outputs"]["requests_compared"],
+                       "differ": {}, "all_equal": True}  # and so every arm: transformers' greedy
     assert decode_reuse.markdown(r) == MAIN_RESULT_MD.read_text()
