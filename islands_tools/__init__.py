@@ -3,5 +3,7 @@
 - ``pool_plan``: capacity planning for the two hybrid-SWA KV pools (the library behind
   ``scripts/swa_pool_plan.py``).
 - ``equality_gate``: the two-boot equality gate (the library behind ``scripts/equality_gate.py``).
+- ``patches``: the patch tooling of both targets (behind ``scripts/patches.py`` and
+  ``scripts/patches_main.py``).
 - ``mutants_main``: targeted mutants of the 0.5.23 island code (``python -m``).
 """

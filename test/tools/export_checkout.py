@@ -106,7 +106,7 @@ def assert_applied_as_exported(root: Path, applied, exported: Path) -> None:
 def assert_commits_import(root: Path, bases: Mapping[str, str]) -> int:
     """Every commit of every series compiles and imports only what its tree has (the export's own
     static check, run again on the applied checkout); returns the number of commits."""
-    from patches_imports import check_commit  # scripts/ is on sys.path once patches.py loaded
+    from islands_tools.patches.imports import check_commit
 
     n = 0
     for series, base in bases.items():

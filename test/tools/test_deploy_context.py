@@ -60,9 +60,10 @@ def test_the_install_step_finds_every_script_it_runs(tmp_path):
 
 
 def test_a_context_missing_an_imported_module_fails_here(tmp_path):
-    """The check above can fail: without patches_lib.py, patches.py does not import."""
+    """The check above can fail: without the patch tooling's lib module, patches.py does not
+    import."""
     opt = build_context(tmp_path)
-    (opt / "scripts" / "patches_lib.py").unlink()
+    (opt / "islands_tools" / "patches" / "lib.py").unlink()
     r = subprocess.run([sys.executable, str(opt / "scripts" / "patches.py"), "--help"],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert r.returncode != 0 and "patches_lib" in r.stderr
+    assert r.returncode != 0 and "islands_tools.patches.lib" in r.stderr

@@ -22,9 +22,7 @@ PATCHES = REPO / "patches"
 TNB = "srt/layers/attention/torch_native_backend.py"
 FIX_0001 = "0001-torch-native-translate-swa-kv-reads.patch"
 
-_spec = importlib.util.spec_from_file_location("swa_patches_tool", TOOL)
-tool = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tool)
+import islands_tools.patches.cli as tool  # noqa: E402  (what scripts/patches.py runs)
 
 
 def run(*args, check=None):

@@ -7,7 +7,6 @@ run on each branch tip with the checkout's python/ first on PYTHONPATH (the inst
 sglang is shadowed: each run prints sglang.__file__)."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -23,11 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "scripts" / "patches.py"
 AUTHOR = ("Export Test", "export-test@example.org")
 
-_spec = importlib.util.spec_from_file_location("swa_patches_tool_export", TOOL)
-tool = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tool)
-import patches_export as export  # noqa: E402  (scripts/ is on sys.path once patches.py loaded)
-from patches_imports import check_commit  # noqa: E402
+import islands_tools.patches.cli as tool  # noqa: E402  (what scripts/patches.py runs)
+import islands_tools.patches.export as export  # noqa: E402
+from islands_tools.patches.imports import check_commit  # noqa: E402
 
 SERIES = [*export.FIXES, export.ISLANDS]
 

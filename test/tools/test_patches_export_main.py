@@ -15,7 +15,6 @@ it); the test runs skip without .venv-main.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -32,11 +31,8 @@ TOOL = REPO / "scripts" / "patches.py"
 MAIN_PY = REPO / ".venv-main" / "bin" / "python"
 AUTHOR = ("Export Test", "export-test@example.org")
 
-_spec = importlib.util.spec_from_file_location("swa_patches_tool_export_main", TOOL)
-tool = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tool)
-import patches_export as export  # noqa: E402  (scripts/ is on sys.path once patches.py loaded)
-import patches_main as PM  # noqa: E402
+import islands_tools.patches.export as export  # noqa: E402
+import islands_tools.patches.main_target as PM  # noqa: E402
 
 MAIN = export.TARGET_MAIN
 SERIES = [*MAIN.fixes, export.ISLANDS]

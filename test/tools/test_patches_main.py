@@ -17,7 +17,6 @@ Skips when the pristine wheel is not in .cache/wheels-main/ (scripts/setup_main.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -38,14 +37,8 @@ FIXES = {"fix-input-ids-vocab": "0002-tokenizer-manager-refuse-input-ids-outside
          "fix-torch-native-swa-read": "0001-harness-only-torch-native-translate-swa-kv-reads.patch"}
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("patches_main_under_test", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+import islands_tools.patches.main_target as PM  # noqa: E402  (what scripts/patches_main.py runs)
 
-
-PM = _load()
 WHEELS = [w for w in sorted(PM.CACHE.glob(f"sglang-{PM.SGLANG_VERSION}-*.whl"))
           if PM.P.sha256_file(w) == PM.WHEEL_SHA256]
 if not WHEELS:

@@ -1,4 +1,4 @@
-"""Shared helpers of scripts/patches.py and scripts/patches_export.py: the pinned release, its
+"""Shared helpers of ``cli`` (scripts/patches.py) and ``export``: the pinned release, its
 pristine wheel, git without the user's configuration, and the patch series with our overlay."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Dict, List, Optional, Sequence
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SGLANG_VERSION = "0.5.15.post1"
 # sha256 of sglang-0.5.15.post1-cp311-cp311-manylinux_2_34_x86_64.whl, the only wheel of the release.
 WHEEL_SHA256 = "8e182e1c449197cb6f98716a7cf432a3ea7af78c172f9b840ab28ad9e6cda9b4"

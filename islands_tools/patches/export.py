@@ -16,11 +16,11 @@ Each series is written with `git format-patch` into DIR/<series>/ with a `series
 DIR/README.md is the cover note. Regression tests live in upstream-tests/<series>/ at their
 upstream path; test/**/test_island_formulas.py is exported too. Commits carry --author (default:
 `git config user.name/email` here) and the date of the repo commit that last touched what they
-carry. The export checks every commit statically (scripts/patches_imports.py) and refuses text
+carry. The export checks every commit statically (``imports``) and refuses text
 that names this repo's files (islands_harness, benchmarks/, scripts/, a README upstream lacks).
 
 `scripts/patches.py --target 0.5.23 export DIR` writes the 0.5.23 (upstream main) series the same
-way, from patches-main/series (scripts/patches_main.py's list and modules), on pristine 0.5.23:
+way, from patches-main/series (``main_target``'s list and modules), on pristine 0.5.23:
 
   fix-torch-native-swa-read  patches-main 0001 + its regression test    (from pristine)
   fix-input-ids-vocab        patches-main 0002 + its regression test    (from pristine)
@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from patches_imports import check_commit
-from patches_lib import (
+from .imports import check_commit
+from .lib import (
     REPO,
     SGLANG_VERSION,
     UPSTREAM_PREFIX,
@@ -199,9 +199,9 @@ def _load_0515(args):
 
 
 def _load_main(args):
-    """patches-main/series and the modules scripts/patches_main.py installs with it (ours under
+    """patches-main/series and the modules ``main_target`` installs with it (ours under
     python-main/sglang/ and the shared ones, e.g. swa_island_formulas.py)."""
-    import patches_main
+    from . import main_target as patches_main
 
     upstream = Upstream(patches_main.fetch_wheel())
     return upstream, patches_main.series("islands"), patches_main.overlay("islands", upstream)
@@ -422,7 +422,7 @@ def island_test_entries(order: List[str], tests: Dict[str, bytes],
     unknown = sorted({n for n in named.values() if n not in order})
     if stale or unknown:
         raise PatchesError(
-            "scripts/patches_export.py places an island test that does not exist or with a patch "
+            "islands_tools/patches/export.py places an island test that does not exist or with a patch "
             f"the islands series lacks (test_entry): tests {stale}, patches {unknown}")
     at = {t: named.get(t, order[-1]) for t in tests if Path(t).name.startswith("test_")}
     for t in sorted(set(tests) - set(at)):
@@ -443,7 +443,7 @@ def plan(patches: List[Path], overlay: Dict[str, Path],
     unplaced = sorted(set(by_slug) - set(placed))
     if unplaced or len(set(placed)) != len(placed) or set(placed) - set(by_slug):
         raise PatchesError(
-            "scripts/patches_export.py places every patch of the series once (the target's "
+            "islands_tools/patches/export.py places every patch of the series once (the target's "
             f"fixes and islands order: FIXES, ISLANDS_ORDER); not placed: {unplaced}, "
             f"placed but not in the series: {sorted(set(placed) - set(by_slug))}")
     out: Dict[str, List[Step]] = {}
@@ -491,7 +491,7 @@ def _replace_once(text: str, old: str, new: str, where: str) -> str:
     if text.count(old) != 1:
         raise PatchesError(
             f"cannot cut the rollback warning out of {where}: expected this text once, found it "
-            f"{text.count(old)} times (update scripts/patches_export.py):\n{old}")
+            f"{text.count(old)} times (update islands_tools/patches/export.py):\n{old}")
     return text.replace(old, new)
 
 

@@ -1,4 +1,4 @@
-"""Static checks of one commit of an exported series (scripts/patches_export.py, and the test that
+"""Static checks of one commit of an exported series (``export``, and the test that
 applies the export to a pristine checkout): every Python file the commit adds or changes
 compiles, and every ``sglang`` import in it names a module of that commit's tree and, for
 ``from M import x``, a name M defines at top level (or a submodule M.x). No code is imported.
