@@ -5,5 +5,7 @@
 - ``equality_gate``: the two-boot equality gate (the library behind ``scripts/equality_gate.py``).
 - ``patches``: the patch tooling of both targets (behind ``scripts/patches.py`` and
   ``scripts/patches_main.py``).
+- ``mutation_helper``: the Python side of ``scripts/mutation.sh`` (cosmic-ray over the 0.5.15
+  modules).
 - ``mutants_main``: targeted mutants of the 0.5.23 island code (``python -m``).
 """

@@ -118,8 +118,8 @@ for n in "$MAX_MUTANTS" "$SEED" "$JOBS"; do [[ "$n" =~ ^[0-9]+$ ]] || die "not a
 BASE="$ROOT/.work/mutation"
 REPORT="${REPORT:-$BASE/report.md}"
 
-# ---- the Python side (scripts/mutation_helper.py): config, sampling, exec monitor, report --------
-HELPER_PY="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/mutation_helper.py"
+# ---- the Python side (islands_tools/mutation_helper.py): config, sampling, exec monitor, report --------
+HELPER_PY="$SCRIPT_ROOT/islands_tools/mutation_helper.py"
 helper() { "$PY" "$HELPER_PY" "$@"; }
 
 # ---- modules and tests --------------------------------------------------------------------------

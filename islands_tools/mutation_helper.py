@@ -1,4 +1,4 @@
-"""The Python side of scripts/mutation.sh: the cosmic-ray config, mutant sampling, the exec
+"""The Python side of scripts/mutation.sh (the library behind that command): the cosmic-ray config, mutant sampling, the exec
 monitor and HTTP workers, the session database, and the report. Called by mutation.sh only
 (`mutation_helper.py COMMAND ...`; `--help` lists the commands)."""
 import argparse, json, os, random, shlex, signal, sqlite3, subprocess, sys, time
