@@ -223,6 +223,28 @@ def test_committed_main_result_compares_upstream_main_in_the_same_run():
             "cached_tokens"], cls
 
 
+def test_committed_main_auto_result_backs_issue_27s_prefix_claims():
+    """``prefix_reuse_quick_main_auto.json`` (sglang 0.5.23 with the defaults, the 0.5.15 islands
+    arm in the same run): the recorded acceptance is what the cells give; at the ample pool
+    ``main_islands`` caches what a cache that forgets nothing could (no #36131 loss) and at least
+    the better of ``main`` and ``main_knobs``; it runs at the cap while requests queue in every
+    lean-pool cell. Lean-pool cached tokens move by thousands between single runs
+    (``prefix_reuse_repeats_main.md``), so their ranking is the repeats' and the replay's."""
+    path = QUICK_JSON[:-5] + "_main_auto.json"
+    with open(path) as f:
+        result = json.load(f)
+    validate_result(result)
+    assert set(result["arms"]) == {"main", "main_knobs", "main_islands", "islands"}
+    checks = acceptance_main(result["arms"], result["page"])
+    assert checks == result["acceptance_main"] and len(checks) == len(POOLS) * len(CLASSES)
+    assert all(c["pass"] for c in checks if c["pool"] == "ample")
+    isl = result["arms"]["main_islands"]
+    for cls in CLASSES:
+        assert isl["ample"][cls]["cached_tokens"] == isl["ample"][cls]["expected_shared_tokens"]
+        for pool in POOLS[1:]:
+            assert isl[pool][cls]["mean_running_queued"] >= result["cap"] - 1, (pool, cls)
+
+
 def test_class_extra_records_each_request_against_what_could_be_hit():
     """Per request, in script order: [order, prompt tokens, cached tokens, expected shared];
     the expected column sums to the class's expected shared tokens."""
