@@ -70,6 +70,7 @@ from .lib import (  # some only re-exported, for test_patches
     log,
     open_upstream,
     patch_files,
+    print_file_states,
     read_series,
     series_sha256,
     stage,
@@ -286,11 +287,7 @@ def cmd_status(args) -> int:
     manifest = read_manifest(pkg)
     patches, touched, overlay = load_series(args, upstream)
     states = file_states(pkg, upstream, manifest, [*recorded_files(manifest), *touched])
-    for rel, st in states.items():
-        print(f"{st:9} {rel}")
-    foreign = [rel for rel, st in states.items() if st == "modified"]
-    if foreign:
-        print(f"status: {pkg}: modified by someone else: {', '.join(foreign)}")
+    if print_file_states(pkg, states):
         return 3
     if manifest is None and all(st == "pristine" for st in states.values()):
         print(f"status: {pkg}: pristine sglang {SGLANG_VERSION}")

@@ -306,3 +306,14 @@ def load_series(args, upstream: Upstream):
 def _patch_name(name: str) -> str:
     """0001-torch_native-Fix-X.patch -> 0001-torch-native-fix-x.patch"""
     return re.sub(r"-+", "-", name.lower().replace("_", "-"))
+
+
+def print_file_states(pkg: Path, states: Dict[str, str]) -> bool:
+    """``status``'s lines, one per file (``pristine``, ``patched``, ``modified``, ...); returns
+    whether someone else modified a file (and says which), the status exit 3 of both targets."""
+    for rel, st in states.items():
+        print(f"{st:9} {rel}")
+    foreign = [rel for rel, st in states.items() if st == "modified"]
+    if foreign:
+        print(f"status: {pkg}: modified by someone else: {', '.join(foreign)}")
+    return bool(foreign)

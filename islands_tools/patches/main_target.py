@@ -270,11 +270,7 @@ def cmd_status(args) -> int:
     manifest = read_manifest(pkg)
     rels = [*manifest.get("files_sha256", {}), *touched_files(series("islands"))]
     states = file_states(pkg, upstream, manifest, rels)
-    for rel, st in states.items():
-        print(f"{st:9} {rel}")
-    foreign = [rel for rel, st in states.items() if st == "modified"]
-    if foreign:
-        print(f"status: {pkg}: modified by someone else: {', '.join(foreign)}")
+    if P.print_file_states(pkg, states):
         return 3
     if not manifest:
         print(f"status: {pkg}: pristine sglang {SGLANG_VERSION}")
