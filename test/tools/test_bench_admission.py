@@ -12,11 +12,11 @@ import pytest
 _ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
-import admission  # noqa: E402
-import admission_report  # noqa: E402
-import admission_run  # noqa: E402
-import admission_setup  # noqa: E402
-import admission_workloads  # noqa: E402
+from admission import cli as admission  # noqa: E402
+from admission import report as admission_report  # noqa: E402
+from admission import run as admission_run  # noqa: E402
+from admission import setup as admission_setup  # noqa: E402
+from admission import workloads as admission_workloads  # noqa: E402
 from islands_harness import sched_log  # noqa: E402
 from islands_harness.client import Metrics  # noqa: E402
 

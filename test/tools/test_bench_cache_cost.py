@@ -13,11 +13,11 @@ import pytest
 _ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
-import cache_cost  # noqa: E402
-import cache_cost_report as report  # noqa: E402
-import cache_cost_run as run  # noqa: E402
-from cache_cost_ops import clone_tree, evict_swa, size_facts, summary  # noqa: E402
-from cache_cost_workload import Shape  # noqa: E402
+from cache_cost import cli as cache_cost  # noqa: E402
+from cache_cost import report  # noqa: E402
+from cache_cost import run  # noqa: E402
+from cache_cost.ops import clone_tree, evict_swa, size_facts, summary  # noqa: E402
+from cache_cost.workload import Shape  # noqa: E402
 
 ISLANDS_ONLY = {"decode_island", "queued_refresh"}
 

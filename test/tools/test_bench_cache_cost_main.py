@@ -17,7 +17,7 @@ import pytest
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, os.path.join(str(_ROOT), "benchmarks"))
 
-import swa_hold_target_main  # noqa: E402
+from swa_hold import target_main as swa_hold_target_main  # noqa: E402
 
 MISSING = swa_hold_target_main.missing_envs(arms=("main_islands",), root=str(_ROOT))
 pytestmark = pytest.mark.skipif(

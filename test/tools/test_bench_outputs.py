@@ -1,4 +1,4 @@
-"""benchmarks/bench_outputs.py: a benchmark writes its files only where its arguments say."""
+"""islands_harness/bench_outputs.py: a benchmark writes its files only where its arguments say."""
 
 import argparse
 import pathlib
@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from bench_outputs import add_output_args, output_paths, write_files, write_text  # noqa: E402
+from islands_harness.bench_outputs import add_output_args, output_paths, write_files, write_text  # noqa: E402
 
 FILES = {"json": "b.json", "md": "b.md", "png": "b.png"}
 
@@ -41,6 +41,8 @@ def test_no_benchmark_defaults_into_the_committed_results():
     """No benchmark's argument defaults name benchmarks/results (a run without --out never
     rewrites committed results)."""
     bench = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
-    offenders = [p.name for p in bench.glob("*.py")
+    modules = sorted(bench.rglob("*.py"))
+    assert len(modules) > 30 and any(p.parent.name == "prefix_reuse" for p in modules)
+    offenders = [str(p.relative_to(bench)) for p in modules
                  if 'RESULTS /' in p.read_text() or '"benchmarks" / "results"' in p.read_text()]
     assert offenders == []

@@ -13,12 +13,12 @@ import pytest
 _ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
-from prefix_reuse_arms import ARMS, DEFAULT_ARMS, POOLS  # noqa: E402
-from prefix_reuse_clients import plan_classes  # noqa: E402
-from prefix_reuse_report import (CLASS_KEYS, COLORS, acceptance, acceptance_main,  # noqa: E402
+from prefix_reuse.arms import ARMS, DEFAULT_ARMS, POOLS  # noqa: E402
+from prefix_reuse.clients import plan_classes  # noqa: E402
+from prefix_reuse.report import (CLASS_KEYS, COLORS, acceptance, acceptance_main,  # noqa: E402
                                  validate_result)
-from prefix_reuse_run import class_extra  # noqa: E402
-from prefix_reuse_workloads import (CLASSES, PRESETS, build_branch_edit, build_scripts,  # noqa: E402
+from prefix_reuse.run import class_extra  # noqa: E402
+from prefix_reuse.workloads import (CLASSES, PRESETS, build_branch_edit, build_scripts,  # noqa: E402
                                     build_shared_system, check_workload, common_prefix_len,
                                     expected_shared_per_request, expected_shared_tokens)
 

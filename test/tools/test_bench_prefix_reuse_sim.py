@@ -13,9 +13,10 @@ import pytest
 _ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
-from prefix_reuse_arms import pool_table  # noqa: E402
-from prefix_reuse_workloads import PRESETS, build_scripts  # noqa: E402
-import prefix_reuse_sim as sim  # noqa: E402
+import _bench_path  # noqa: E402
+from prefix_reuse.arms import pool_table  # noqa: E402
+from prefix_reuse.workloads import PRESETS, build_scripts  # noqa: E402
+from prefix_reuse import sim  # noqa: E402
 
 def _run(arm, pool, cls, seed=0):
     wl = dataclasses.replace(PRESETS["smoke"], seed=seed)
@@ -129,8 +130,8 @@ def test_patched_main_with_the_flag_off_replays_as_stock_main():
             "eviction_interval": 34, "latency": 0, "main": {"main": {"args": [], "env": {}}}}
     outs = []
     for py in (sim.main_python(), sim.main_islands_python()):
-        p = subprocess.run([py, "benchmarks/prefix_reuse_replay.py", json.dumps(spec)], cwd=_ROOT,
-                           capture_output=True, text=True, timeout=600)
+        p = subprocess.run([py, "-m", "prefix_reuse.replay", json.dumps(spec)], cwd=_ROOT,
+                           capture_output=True, text=True, timeout=600, env=_bench_path.worker_env())
         assert p.returncode == 0, p.stderr[-2000:]
         outs.append([json.loads(x) for x in p.stdout.splitlines()])
     assert len(outs[0]) == 2 and outs[0] == outs[1]

@@ -11,7 +11,7 @@ import pytest
 _ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
-import swa_hold  # noqa: E402
+from swa_hold import cli as swa_hold  # noqa: E402
 
 ARM_KEYS = {
     "max_swa_held_per_running_req",

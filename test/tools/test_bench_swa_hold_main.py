@@ -17,8 +17,8 @@ import pytest
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, os.path.join(str(_ROOT), "benchmarks"))
 
-import swa_hold  # noqa: E402
-import swa_hold_target_main  # noqa: E402
+from swa_hold import cli as swa_hold  # noqa: E402
+from swa_hold import target_main as swa_hold_target_main  # noqa: E402
 
 MISSING = swa_hold_target_main.missing_envs(root=str(_ROOT))
 pytestmark = pytest.mark.skipif(

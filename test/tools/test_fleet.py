@@ -17,8 +17,8 @@ _ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(_ROOT / "benchmarks"))
 sys.path.insert(0, str(_ROOT))
 
-from fleet_report import assemble, compare, plot, to_markdown  # noqa: E402
-from fleet_run import fleet_record, worker_record  # noqa: E402
+from fleet.report import assemble, compare, plot, to_markdown  # noqa: E402
+from fleet.run import fleet_record, worker_record  # noqa: E402
 from islands_harness.client import generate  # noqa: E402
 from islands_harness.router import ROUTER_VENV, SmgRouter  # noqa: E402
 from islands_harness.server import ServerError, port_is_free  # noqa: E402

@@ -31,7 +31,7 @@ for _p in (ROOT / "benchmarks", ROOT / "scripts"):
         sys.path.insert(0, str(_p))
 
 import gpu_seed_model  # noqa: E402
-import seed_shape  # noqa: E402
+from seed_shape import cli as seed_shape  # noqa: E402
 from islands_harness.client import StreamingRequest  # noqa: E402
 from islands_harness.server import GenerateResult  # noqa: E402
 from islands_tools import pool_plan as plan  # noqa: E402

@@ -19,15 +19,15 @@ sys.path.insert(0, str(_ROOT))
 RESULTS = _ROOT / "benchmarks" / "results"
 
 CASES = [
-    ("prefix_reuse_report", "to_markdown", "prefix_reuse_quick"),
-    ("prefix_reuse_report", "to_markdown", "prefix_reuse_quick_main"),
-    ("prefix_reuse_report", "to_markdown", "prefix_reuse_quick_main_window"),
-    ("prefix_reuse_report", "to_markdown", "prefix_reuse_quick_main_islands_auto"),
-    ("prefix_reuse_report", "to_markdown", "prefix_reuse_quick_main_auto"),
-    ("admission_report", "to_markdown", "admission_quick"),
-    ("admission_report", "to_markdown", "admission_quick_main"),
-    ("admission_report", "to_markdown", "admission_quick_main_auto"),
-    ("cache_cost_report", "to_markdown", "cache_cost"),
+    ("prefix_reuse.report", "to_markdown", "prefix_reuse_quick"),
+    ("prefix_reuse.report", "to_markdown", "prefix_reuse_quick_main"),
+    ("prefix_reuse.report", "to_markdown", "prefix_reuse_quick_main_window"),
+    ("prefix_reuse.report", "to_markdown", "prefix_reuse_quick_main_islands_auto"),
+    ("prefix_reuse.report", "to_markdown", "prefix_reuse_quick_main_auto"),
+    ("admission.report", "to_markdown", "admission_quick"),
+    ("admission.report", "to_markdown", "admission_quick_main"),
+    ("admission.report", "to_markdown", "admission_quick_main_auto"),
+    ("cache_cost.report", "to_markdown", "cache_cost"),
     ("decode_reuse", "markdown", "decode_reuse"),
     ("decode_reuse", "markdown", "decode_reuse_main"),
 ]

@@ -17,10 +17,10 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on sys.path)
-import admission_workloads
+from admission import workloads as admission_workloads
 from islands_harness.client import generate, thread_session
-from prefix_reuse_arms import CPU
-from prefix_reuse_workloads import (CLASSES, Workload, build_scripts, expected_shared_tokens,
+from prefix_reuse.arms import CPU
+from prefix_reuse.workloads import (CLASSES, Workload, build_scripts, expected_shared_tokens,
                                     in_script_order, max_context)
 
 Send = Callable[[List[int], int, Tuple], Dict[str, Any]]

@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on sys.path)
 from islands_harness.knobs import UPSTREAM_KNOBS_ENV
-from prefix_reuse_workloads import PRESETS, build_scripts, expected_shared_per_request, in_script_order
+from prefix_reuse.workloads import PRESETS, build_scripts, expected_shared_per_request, in_script_order
 
 SIM_ARMS: Dict[str, Dict[str, Any]] = {
     # name: StackConfig fields and the environment while the arm runs

@@ -12,8 +12,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import _bench_path  # noqa: F401  (puts the repository root on sys.path)
-from admission_setup import Arm, CpuShape, arm_env, arm_server_args
-from admission_workloads import (WorkloadConfig, agent_hit_rates, agent_script, no_reuse_requests,
+from admission.setup import Arm, CpuShape, arm_env, arm_server_args
+from admission.workloads import (WorkloadConfig, agent_hit_rates, agent_script, no_reuse_requests,
                                  run_agent, run_no_reuse, summarize_requests)
 from islands_harness import sched_log
 from islands_harness.client import POOL_FIELDS, Metrics, MetricsSampler, fetch_metrics

@@ -30,9 +30,9 @@ import time
 from typing import Any, Dict, List, Optional
 
 import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on sys.path)
-from cache_cost_ops import (clone_tree, drain_cold, evict_swa, recording, size_facts, summary,
+from cache_cost.ops import (clone_tree, drain_cold, evict_swa, recording, size_facts, summary,
                             time_on_clones, timed_us)
-from cache_cost_workload import (Probes, Shape, Traffic, drive, estimate_tokens, next_token,
+from cache_cost.workload import (Probes, Shape, Traffic, drive, estimate_tokens, next_token,
                                  pool_tokens)
 
 ARMS: Dict[str, Dict[str, Any]] = {  # name: StackConfig fields

@@ -60,7 +60,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from array import array  # noqa: E402
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)  # islands_harness.host_syncs (torch only)
 

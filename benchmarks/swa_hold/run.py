@@ -19,11 +19,11 @@ import random
 import time
 from typing import Dict, List, Optional
 
-from swa_hold_setup import ARMS, Shape, arm_env, log
+from swa_hold.setup import ARMS, Shape, arm_env, log
 
 from islands_harness.host_syncs import make_sync_counter
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _req_window_need(tree, running, w) -> Dict[int, List]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Dict
 
-from seed_shape_setup import BASELINE, SEED_FIGURES
+from seed_shape.setup import BASELINE, SEED_FIGURES
 
 
 def _f(x, nd=1) -> str:

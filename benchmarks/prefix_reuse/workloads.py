@@ -15,7 +15,7 @@ import random
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on sys.path)
-import admission_workloads
+from admission import workloads as admission_workloads
 
 CLASSES = ("shared_system", "fanout", "branch_edit", "agents", "no_reuse")
 

@@ -13,13 +13,13 @@ import time
 from typing import Any, Dict, List, Sequence
 
 import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on sys.path)
-import admission_run
+from admission import run as admission_run
 from islands_harness import sched_log
 from islands_harness.main_arm import main_islands_python, main_python
-from prefix_reuse_arms import ARMS, CPU, ISLAND_ARMS, server_args, server_env
-from prefix_reuse_clients import http_sender, run_class
-from prefix_reuse_report import fmt_or_dash
-from prefix_reuse_workloads import expected_shared_per_request, in_script_order
+from prefix_reuse.arms import ARMS, CPU, ISLAND_ARMS, server_args, server_env
+from prefix_reuse.clients import http_sender, run_class
+from prefix_reuse.report import fmt_or_dash
+from prefix_reuse.workloads import expected_shared_per_request, in_script_order
 
 
 def class_extra(parsed: Dict[str, Any], rows: List[Dict[str, Any]], page: int = CPU.page) -> Dict[str, Any]:

@@ -34,16 +34,18 @@ import sys
 import tempfile
 from typing import Dict, List, Optional
 
+import _bench_path
 from _bench_path import ROOT as _ROOT
-from swa_hold_result import _pct, hold_summary, sync_summary
-from swa_hold_setup import Shape, log
+from swa_hold.result import _pct, hold_summary, sync_summary
+from swa_hold.setup import Shape, log
 
 ROOT = str(_ROOT)
 
 ARMS = ("main", "main_islands")
 CORES = ("rust", "python")
 VENVS = {"main": ".venv-main", "main_islands": ".venv-main-islands"}
-DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "swa_hold_main.py")
+DRIVER = "swa_hold.main_driver"
+"""The driver module, run as ``python -m`` in the arm's environment (``_bench_path.worker_env``)."""
 
 
 def column(arm: str, core: str) -> str:
@@ -72,7 +74,7 @@ def run_driver(arm: str, shape: Shape, cores, *, runs: int = 1, measure: bool = 
     """One driver process in ``arm``'s environment; its JSON."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "runs.json")
-        cmd = [venv_python(arm), DRIVER, "--arm", arm, "--cores", ",".join(cores),
+        cmd = [venv_python(arm), "-m", DRIVER, "--arm", arm, "--cores", ",".join(cores),
                "--shape", json.dumps(shape_json(shape)), "--runs", str(runs), "--out", out]
         if measure:
             cmd.append("--measure")
@@ -83,6 +85,7 @@ def run_driver(arm: str, shape: Shape, cores, *, runs: int = 1, measure: bool = 
         env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", OMP_NUM_THREADS="1",
                    SGLANG_DEBUG_MEMORY_POOL="0")  # production: the allocators' debug checks off
         env.pop("PYTHONPATH", None)
+        env = _bench_path.worker_env(env)
         p = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
         if p.returncode != 0:

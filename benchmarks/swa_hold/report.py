@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Callable, List
 
-from swa_hold_setup import ARM_ORDER
+from swa_hold.setup import ARM_ORDER
 
 from islands_harness.host_syncs import SYNC_KEYS
 

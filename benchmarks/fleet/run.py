@@ -19,14 +19,14 @@ from contextlib import ExitStack
 from typing import Any, Callable, Dict, List, Sequence
 
 import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on sys.path)
-from admission_run import counter_deltas
+from admission.run import counter_deltas
 from islands_harness import sched_log
 from islands_harness.client import fetch_metrics
 from islands_harness.main_arm import main_islands_python, main_python
 from islands_harness.router import SmgRouter
-from prefix_reuse_arms import ARMS, CPU, server_args, server_env
-from prefix_reuse_clients import http_sender, run_class
-from prefix_reuse_workloads import expected_shared_per_request, in_script_order
+from prefix_reuse.arms import ARMS, CPU, server_args, server_env
+from prefix_reuse.clients import http_sender, run_class
+from prefix_reuse.workloads import expected_shared_per_request, in_script_order
 
 WORKERS = 2
 """Workers per fleet (the issue's two CPU workers; one core each on this machine)."""

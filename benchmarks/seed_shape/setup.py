@@ -17,12 +17,12 @@ import random
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 for _p in (ROOT, ROOT / "benchmarks", ROOT / "scripts"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-import admission_setup  # noqa: E402  (the seed deployment, the knobs)
+from admission import setup as admission_setup  # noqa: E402  (the seed deployment, the knobs)
 import gpu_seed_model  # noqa: E402  (scripts/gpu_seed_model.py)
 from islands_harness.server import SglangServer  # noqa: E402
 from islands_tools import pool_plan as plan  # noqa: E402

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on sys.path)
-from prefix_reuse_arms import CPU
+from prefix_reuse.arms import CPU
 
 ISLAND_ARMS = ("islands", "islands_eager", "islands_auto", "main_islands", "main_islands_auto",
                "main_islands_window")

@@ -14,10 +14,10 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from seed_shape_setup import (MIN_WINDOW_S, Arm, Profile, arm_env, make_server,
+from seed_shape.setup import (MIN_WINDOW_S, Arm, Profile, arm_env, make_server,
                               planned_command, server_args)
 
-import admission_run  # (the scheduler-log summary, time-weighted means)
+from admission import run as admission_run  # (the scheduler-log summary, time-weighted means)
 from islands_harness import sched_log
 from islands_harness.client import POOL_FIELDS, MetricsSampler, StreamingRequest
 from islands_harness.server import ServerError

@@ -9,7 +9,7 @@ import statistics
 from typing import Any, Dict, List, Optional, Sequence
 
 import _bench_path  # noqa: F401  (puts the repository root on sys.path)
-from admission_setup import ARMS, BASELINE_ARM
+from admission.setup import ARMS, BASELINE_ARM
 
 HEADLINE = [  # (json key, phase, field)
     ("max_running", "no_reuse", "max_running"),

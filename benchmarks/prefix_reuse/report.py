@@ -12,8 +12,8 @@ import pathlib
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on sys.path)
-from prefix_reuse_arms import ARMS, CPU, ISLAND_ARMS, POOLS
-from prefix_reuse_workloads import CLASSES
+from prefix_reuse.arms import ARMS, CPU, ISLAND_ARMS, POOLS
+from prefix_reuse.workloads import CLASSES
 
 
 def fmt_or_dash(x, nd=1) -> str:

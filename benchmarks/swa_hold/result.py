@@ -14,8 +14,8 @@ import statistics
 import time
 from typing import Dict, List, Optional
 
-from swa_hold_run import RunResult, _profile_rows, run_arm
-from swa_hold_setup import ARM_ORDER, ISLAND_ARMS, Shape, log
+from swa_hold.run import RunResult, _profile_rows, run_arm
+from swa_hold.setup import ARM_ORDER, ISLAND_ARMS, Shape, log
 
 from islands_harness.host_syncs import SYNC_KEYS
 

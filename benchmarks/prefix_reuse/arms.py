@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence
 
 import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on sys.path)
-import admission_setup
+from admission import setup as admission_setup
 from islands_harness.main_arm import MAIN_FREE_OFF_ENV, MAIN_KNOBS_ENV, MAIN_RELEASE_PREFILL_ENV
 
 CPU = admission_setup.CpuShape()
