@@ -256,7 +256,7 @@ def rebuild(run_dir: pathlib.Path, a, mapping: Dict[str, Any]) -> int:
 
 def write_outputs(runs: List[Dict[str, Any]], meta: Dict[str, Any], mapping: Dict[str, Any], a,
                   run_dir: pathlib.Path) -> int:
-    """Aggregate, check and write the files asked for (``bench_outputs``); print the markdown."""
+    """Aggregate, check and write the files asked for (``islands_harness.bench_outputs``); print the markdown."""
     paths = output_paths(a, OUTPUT_FILES, run_dir)
     cap = CpuShape().cap
     arms = aggregate(runs, mapping, cap)

@@ -3,12 +3,12 @@
 reclaim policy) against upstream ``SWARadixCache``, as the cache grows and as the waiting queue
 grows.
 
-Each arm builds the same deterministic workload (``cache_cost_workload``: shared system prompts,
+Each arm builds the same deterministic workload (``cache_cost.workload``: shared system prompts,
 multi-turn transcripts, fan-out over documents, chunked long prompts) through
 ``islands_harness.sim.MiniScheduler`` (the scheduler's glue around the real ``Req``,
 ``ScheduleBatch``, ``PrefillAdder``, tree cache, pools and allocator; page 1, chunk ``4w``, pools
 that hold the whole workload), then times each operation on the built cache
-(``cache_cost_run``: what each operation is, and how it is sampled). Arms: ``upstream``
+(``cache_cost.run``: what each operation is, and how it is sampled). Arms: ``upstream``
 (``SWARadixCache``), ``islands_lazy`` / ``islands_eager`` / ``islands_auto``
 (``SWAIslandRadixCache`` with ``--swa-islands-reclaim``).
 
@@ -26,7 +26,7 @@ thread, the garbage collector off in timed regions. Evictions are timed as the f
 fresh clones of one state, so every sample sees the same tree. The machine's load moves single
 samples: compare medians, and the shape of a curve more than one point.
 
-Outputs (``bench_outputs``: ``--out DIR``, default the run's folder under ``.work/``):
+Outputs (``islands_harness.bench_outputs``: ``--out DIR``, default the run's folder under ``.work/``):
 ``cache_cost.json`` (per arm, window, size, op: ``median_us``, ``p90_us``, ``n``; the size facts;
 the queue sweep; ratios and growth slopes against upstream), ``cache_cost.md`` (one table per
 window and a queue table, with the command, git head and date) and ``cache_cost.png`` (log-log:

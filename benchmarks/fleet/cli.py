@@ -12,7 +12,7 @@ Prometheus listener on another; stopped when the policy's classes are done) and
 ``prefix_reuse``'s classes are sent to it, both workers' caches flushed before each class. Build
 the router's environment first with ``scripts/setup_router.sh``.
 
-This file is the command line; ``fleet_run`` boots and measures, ``fleet_report`` compares and
+This file is the command line; ``fleet.run`` boots and measures, ``fleet.report`` compares and
 writes (definitions in its docstring).
 
 Examples::

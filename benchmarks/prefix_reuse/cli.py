@@ -8,18 +8,18 @@ the concurrency cap there? One run boots the real ``sglang.launch_server`` once 
 and runs five seeded workload classes on it, one after the other, with ``/flush_cache`` between
 them (classes never share cache).
 
-Machinery comes from the admission benchmark (``admission_setup``, ``admission_run``,
-``admission_workloads``): the CPU shape (``CpuShape``: window 32, page 1, chunk 512, cap 16,
+Machinery comes from the admission benchmark (``admission.setup``, ``admission.run``,
+``admission.workloads``): the CPU shape (``CpuShape``: window 32, page 1, chunk 512, cap 16,
 ``--max-total-tokens`` 65536), the pools (``plan_mapping``: the planner's 0.17- and
 0.10-equivalent SWA pools; ``ample`` is ratio 0.5), the server arguments, the scaled
 decode-evictor interval (``SGLANG_SWA_EVICTION_INTERVAL``, 34 for every arm), ``run_phase`` (log
 slice, ``/metrics`` deltas, running samples, server CPU seconds), the request helpers,
 ``run_agent`` / ``run_no_reuse`` and the tiny model.
 
-This file is the command line; the pieces are ``prefix_reuse_arms`` (shape, arms, pools),
-``prefix_reuse_workloads`` (the classes' scripts and the expected-hit oracle),
-``prefix_reuse_clients`` (how each class is sent), ``prefix_reuse_run`` (one boot, the per-class
-record) and ``prefix_reuse_report`` (result, acceptance, markdown, plot).
+This file is the command line; the pieces are ``prefix_reuse.arms`` (shape, arms, pools),
+``prefix_reuse.workloads`` (the classes' scripts and the expected-hit oracle),
+``prefix_reuse.clients`` (how each class is sent), ``prefix_reuse.run`` (one boot, the per-class
+record) and ``prefix_reuse.report`` (result, acceptance, markdown, plot).
 
 Arms (same arguments otherwise):
 
@@ -46,9 +46,9 @@ no two requests share a token more than the script says):
 * ``branch_edit``: C conversations, each an own opening + T turns built in sequence, then E
   re-sends of the transcript edited at an earlier turn (cut inside turn j's message, which is
   replaced by a new one: the branch point lies inside the cached path, mid-node), sent at once.
-* ``agents``: ``admission_workloads.agent_script`` (own system prompt per conversation; turn k+1 re-sends
-  the transcript + a new user message, sent when turn k finished), run by ``admission_workloads.run_agent``.
-* ``no_reuse``: ``admission_workloads.no_reuse_requests`` (random prompts), all sent at once.
+* ``agents``: ``admission.workloads.agent_script`` (own system prompt per conversation; turn k+1 re-sends
+  the transcript + a new user message, sent when turn k finished), run by ``admission.workloads.run_agent``.
+* ``no_reuse``: ``admission.workloads.no_reuse_requests`` (random prompts), all sent at once.
 
 Measured per (arm, pool, class): requests, cached tokens (``meta_info.cached_tokens``) and their
 share of prompt tokens, ``expected_shared_tokens`` (what a cache that forgets nothing could have
@@ -128,7 +128,7 @@ EPILOG = (
     "main_free_off and main_release_prefill (one knob each), main_islands (.venv-main-islands, "
     "--enable-swa-islands)\n"
     "pools: ample (--swa-full-tokens-ratio 0.5), 0.17-eq and 0.10-eq (the planner's "
-    "production pools scaled to the CPU shape: admission_setup.plan_mapping)\n"
+    "production pools scaled to the CPU shape: admission.setup.plan_mapping)\n"
     "presets: full (default, ~45 min on 2 quiet cores), --quick (< 10 min), --smoke "
     "(seconds per class; for the server test, numbers mean nothing)\n\n"
     "examples:\n"
@@ -312,7 +312,7 @@ def rebuild(run_dir: pathlib.Path, a) -> int:
 
 def write_outputs(boots: List[Dict[str, Any]], meta: Dict[str, Any], a,
                   run_dir: pathlib.Path) -> int:
-    """Assemble, check and write the files asked for (``bench_outputs``)."""
+    """Assemble, check and write the files asked for (``islands_harness.bench_outputs``)."""
     paths = output_paths(a, output_files(a.stem), run_dir)
     result = assemble(boots, meta)
     result["png"] = str(paths["png"]) if paths["png"] else None

@@ -3,7 +3,7 @@ in sequence), through a ``Send`` (one greedy ``/generate`` request, or a fake on
 server), and the per-class plan a fake run gives (requests, prompt tokens, expected hits).
 
 Every runner returns one row per request with ``order`` (its place in the script: sorting by it
-gives script order, see ``prefix_reuse_workloads.in_script_order``), ``input_ids``,
+gives script order, see ``prefix_reuse.workloads.in_script_order``), ``input_ids``,
 ``output_ids``, ``prompt_tokens``, ``completion_tokens`` and ``cached_tokens``.
 """
 
@@ -141,7 +141,7 @@ def run_branch_edit(script: Dict[str, Any], send: Send,
 
 def run_agents_real(base_url: str, convs: List[Dict[str, Any]], timeout: float,
                     progress: Callable[[str], None]) -> List[Dict[str, Any]]:
-    """``admission_workloads.run_agent`` on the server (turn k+1 sent when turn k finished)."""
+    """``admission.workloads.run_agent`` on the server (turn k+1 sent when turn k finished)."""
     rows = admission_workloads.run_agent(base_url, convs, timeout, lambda m: None,
                                          mode="after_finish", keep_ids=True)
     for r in rows:
@@ -151,7 +151,7 @@ def run_agents_real(base_url: str, convs: List[Dict[str, Any]], timeout: float,
 
 
 def run_agents_fake(convs: List[Dict[str, Any]], send: Send) -> List[Dict[str, Any]]:
-    """``admission_workloads.run_agent``'s transcript rule with ``send`` (plan and tests)."""
+    """``admission.workloads.run_agent``'s transcript rule with ``send`` (plan and tests)."""
     rows = []
     for c in convs:
         transcript = list(c["system"])
@@ -165,7 +165,7 @@ def run_agents_fake(convs: List[Dict[str, Any]], send: Send) -> List[Dict[str, A
 
 def run_no_reuse_real(base_url: str, reqs: List[Dict[str, Any]], timeout: float,
                       progress: Callable[[str], None]) -> List[Dict[str, Any]]:
-    """``admission_workloads.run_no_reuse`` on the server: every request at once."""
+    """``admission.workloads.run_no_reuse`` on the server: every request at once."""
     rows = admission_workloads.run_no_reuse(base_url, reqs, len(reqs), timeout, lambda m: None)
     by_i = {r["i"]: r for r in reqs}
     for row in rows:  # the ids come from the script (the outputs cannot matter: no shared token)

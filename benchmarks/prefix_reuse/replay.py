@@ -5,7 +5,7 @@ of the arm's own sglang: ``islands_harness.sim.MiniScheduler`` on 0.5.15.post1,
 clients, the driver, the arms), so it imports in every environment: ``prefix_reuse_sim.py`` runs the
 0.5.23 arms as a worker of this module in `.venv-main` / `.venv-main-islands`:
 
-    .venv-main/bin/python benchmarks/prefix_reuse_replay.py '{"arm": "main", "cells": [...], ...}'
+    PYTHONPATH=benchmarks:. .venv-main/bin/python -m prefix_reuse.replay '{"arm": "main", "cells": [...], ...}'
 
 prints one JSON line per cell (``{"cell": [seed, pool, arm, class], "result": {...}}``).
 """
@@ -32,12 +32,12 @@ SIM_ARMS: Dict[str, Dict[str, Any]] = {
 }
 # every arm of the server benchmark, on the same target
 """The arms on sglang 0.5.15.post1. An arm on 0.5.23 is given by its server flags and
-environment instead (``prefix_reuse_arms.ARMS``), which the replay boots its stack with."""
+environment instead (``prefix_reuse.arms.ARMS``), which the replay boots its stack with."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    """The server shape a replay runs at (``admission_setup.CpuShape``'s fields)."""
+    """The server shape a replay runs at (``admission.setup.CpuShape``'s fields)."""
 
     window: int
     page: int
@@ -82,7 +82,7 @@ def _branch_conv(c: Dict[str, Any]) -> Client:
 
 
 def phases(cls: str, script: Any) -> List[List[Client]]:
-    """The class's clients, as barrier-separated phases (``prefix_reuse_clients.run_*`` in order)."""
+    """The class's clients, as barrier-separated phases (``prefix_reuse.clients.run_*`` in order)."""
     if cls == "fanout":
         docs = script["docs"]
 

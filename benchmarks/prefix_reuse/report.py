@@ -1,7 +1,7 @@
 """Prefix reuse benchmark, report: the result assembled from the per-boot records, the issue's
 acceptance checks on it, its schema, the markdown and the plot.
 
-A result's ``arms`` is ``{arm: {pool: {class: record}}}`` (records: ``prefix_reuse_run.
+A result's ``arms`` is ``{arm: {pool: {class: record}}}`` (records: ``prefix_reuse.run.
 finish_class``); everything here reads only the result, so the committed JSON regenerates its
 markdown exactly.
 """
@@ -277,7 +277,7 @@ def _md_setup(result: Dict[str, Any], pools: Sequence[str]) -> List[str]:
     """The shape, the pool table and the arms."""
     cap, page = result["cap"], result["page"]
     L = ["## Setup\n"]
-    L.append(f"Shape (`admission_setup.CpuShape`): window {result.get('window')}, page {page}, chunk "
+    L.append(f"Shape (`admission.setup.CpuShape`): window {result.get('window')}, page {page}, chunk "
              f"{result.get('chunk')}, cap `--max-running-requests {cap}`, `--max-total-tokens "
              f"{result.get('max_total_tokens', 65536):,}`, `SGLANG_SWA_EVICTION_INTERVAL="
              f"{result.get('eviction_interval')}` for every arm. One boot per (arm, pool); the "
@@ -338,12 +338,12 @@ CLASS_TEXT: Dict[str, Callable[[Dict[str, Any]], str]] = {
         f"message of U[{s['edit_min']}, {s['edit_max']}] tokens, sent at once; conversations "
         "concurrently."),
     "agents": lambda s: (
-        f"`admission_workloads.agent_script`: {s['convs']} conversations × {s['turns']} turns, own "
+        f"`admission.workloads.agent_script`: {s['convs']} conversations × {s['turns']} turns, own "
         f"system prompt of {s['system_len']} tokens, user messages U[{s['user_min']}, "
         f"{s['user_max']}], replies U[{s['reply_min']}, {s['reply_max']}]; turn k+1 re-sends the "
-        "transcript when turn k finished (`admission_workloads.run_agent`)."),
+        "transcript when turn k finished (`admission.workloads.run_agent`)."),
     "no_reuse": lambda s: (
-        f"`admission_workloads.no_reuse_requests`: {s['requests']} random prompts of "
+        f"`admission.workloads.no_reuse_requests`: {s['requests']} random prompts of "
         f"U[{s['in_min']}, {s['in_max']}] tokens (first tokens all different), U[{s['out_min']}, "
         f"{s['out_max']}] output tokens, all at once."),
 }

@@ -1,5 +1,5 @@
 """Prefix reuse benchmark, running: one server boot per (arm, pool), the classes in order on it
-with ``/flush_cache`` between them, each class measured as one ``admission_run.run_phase``, and
+with ``/flush_cache`` between them, each class measured as one ``admission.run.run_phase``, and
 the per-class record it yields (cached tokens against the expected hits, running requests while
 queued, retractions, SWA used and held, CPU seconds).
 """

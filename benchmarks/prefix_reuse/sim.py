@@ -14,7 +14,7 @@ Clients behave as in ``prefix_reuse.py``: a group of requests is submitted at on
 next group goes in when every request of its group finished (its outputs extend the transcript);
 phases are barriers (fanout's second wave starts when the first finished; shared_system's users
 start when user 0's first turn finished). Shape: window 32, page 1, chunk 512, cap 16, full pool
-65,536, ``SGLANG_SWA_EVICTION_INTERVAL`` 34 (``admission_setup.CpuShape``, ``plan_mapping``).
+65,536, ``SGLANG_SWA_EVICTION_INTERVAL`` 34 (``admission.setup.CpuShape``, ``plan_mapping``).
 
 Output: JSON (per arm, pool, class: cached tokens, expected shared tokens and retractions per
 seed) and a markdown table of the sums over seeds, with islands (the default reclaim, ``lazy``)
@@ -84,7 +84,7 @@ def run_one(arm: str, swa_pool: int, cls: str, script: Any, eviction_interval: i
 def run_cells(arm: str, cells: List[replay.Cell], a, swa_pools: Dict[str, int],
               evict: int) -> Iterator[Tuple[replay.Cell, Dict[str, Any]]]:
     """Each cell's result, replayed here or, for an arm of another sglang, by a worker
-    (``prefix_reuse_replay.py``) in its interpreter: one process per arm, a JSON line per cell."""
+    (``prefix_reuse/replay.py``) in its interpreter: one process per arm, a JSON line per cell."""
     spec = {"cells": cells, "shape": dataclasses.asdict(SHAPE), "preset": a.preset,
             "classes": a.class_list, "swa_pools": swa_pools, "eviction_interval": evict,
             "latency": a.latency_steps,

@@ -2,7 +2,7 @@
 preset, and the expected-hit oracle (what a cache that forgets nothing could hit).
 
 A script is data only (prompts' token ids and ``max_new_tokens``); how its requests are sent
-(concurrency, waves, barriers) is ``prefix_reuse_clients``' business. Every divergence point is a
+(concurrency, waves, barriers) is ``prefix_reuse.clients``' business. Every divergence point is a
 token drawn distinct from its siblings', so no two requests share a token more than the script
 says. A class's seed is ``Workload.seed * 31 + CLASSES.index(class)``: the classes of one
 workload are independent draws, and a class's script depends only on its own sizes and the seed.
@@ -60,7 +60,7 @@ class BranchEdit:
 
 
 @dataclasses.dataclass(frozen=True)
-class Agents:  # fields of admission_workloads.WorkloadConfig
+class Agents:  # fields of admission.workloads.WorkloadConfig
     convs: int = 24
     turns: int = 3
     system_len: int = 1000
@@ -88,7 +88,7 @@ class Workload:
     no_reuse: NoReuse = NoReuse()
     seed: int = 20261201
     token_lo: int = 4  # first non-special id of the tiny tokenizer
-    token_hi: int = 683  # its real vocabulary ends here (as admission_workloads.WorkloadConfig)
+    token_hi: int = 683  # its real vocabulary ends here (as admission.workloads.WorkloadConfig)
     context: int = 4096  # the tiny model's max positions
 
     def to_dict(self) -> Dict[str, Any]:

@@ -24,7 +24,7 @@ starts only while the budget has room for it):
 Pools: the H200 has more memory than the seed's H100, so ``--max-total-tokens`` pins each arm to
 what the seed's 37 GB KV budget gives at its ratio, from the planner (``islands_tools.pool_plan``,
 the formulas ``scripts/swa_pool_plan.py`` prints; the seed's bytes per token: full 9.5 KB, SWA
-95 KB, EAGLE draft 10.24 KB, as in README and benchmarks/admission_setup.py ``Production``):
+95 KB, EAGLE draft 10.24 KB, as in README and benchmarks/admission/setup.py ``Production``):
 T = 1,030,912 tokens at 0.17 (SWA pool 175,232) and 737,920 at 0.32 (SWA pool 236,096). The
 server then splits T exactly as the seed's did (full = T, SWA = floor_64(T x r)). This config's
 own KV is 10.24 KB full + 102.4 KB SWA per token at fp8 (no draft model here); the token counts,
@@ -66,8 +66,8 @@ with the seed's ratios beside it. Files in ``--out``: ``<arm>.server.log``, ``se
 config (``gpu_seed_model.py --size tiny``), its own planner pools (the tiny config's fp32 bytes
 per token, a 24 MB budget), a few requests; test/tools/test_gpu_seed_shape.py runs it.
 
-Modules: ``seed_shape_setup`` (arms, profiles, planner pools, server commands, prompts),
-``seed_shape_run`` (one arm on a live server and its summary), ``seed_shape_report`` (the
+Modules: ``seed_shape.setup`` (arms, profiles, planner pools, server commands, prompts),
+``seed_shape.run`` (one arm on a live server and its summary), ``seed_shape.report`` (the
 tables); this file is the command line and the run's plan and budget.
 """
 

@@ -123,7 +123,7 @@ def kv_cost(profile: Profile, model_dir: Optional[pathlib.Path]):
         p = admission_setup.Production()
         return (plan.KVBytesPerToken(full=p.full_bytes, swa=p.swa_bytes, draft=p.draft_bytes),
                 f"the seed deployment: full {p.full_bytes:.0f} B, SWA {p.swa_bytes:.0f} B, draft "
-                f"{p.draft_bytes:.0f} B per token (benchmarks/admission_setup.py Production)")
+                f"{p.draft_bytes:.0f} B per token (benchmarks/admission/setup.py Production)")
     layout = plan.kv_layout_from_shape(plan.read_model_shape(str(model_dir)), profile.kv_dtype)
     return layout, (f"{model_dir} ({profile.kv_dtype}): {layout.full_layers} full x "
                     f"{layout.full_bytes_per_layer} B + {layout.swa_layers} SWA x "

@@ -57,14 +57,14 @@ which runs the full decode.
 ``--target main`` measures the same on sglang 0.5.23 (upstream main): arms ``main`` (stock
 ``UnifiedRadixCache``, ``.venv-main``) and ``main_islands`` (``SWAIslandUnifiedRadixCache``,
 ``.venv-main-islands``) on both tree cores (Rust, the default, and Python), each arm run by
-``swa_hold_main.py`` in its own environment and aggregated by ``swa_hold_target_main`` (its
+``swa_hold/main_driver.py`` in its own environment and aggregated by ``swa_hold.target_main`` (its
 docstring says what is timed); the decode phase is included in every run (decode islands and the
 decode-progress hook are part of the whole-run cost), and this command itself may run under any
 of the environments.
 
-Modules: ``swa_hold_setup`` (arms, shapes, the arm's environment), ``swa_hold_run`` (one arm, one
-run, and its observation hooks), ``swa_hold_result`` (the run schedule and the JSON result),
-``swa_hold_report`` (the markdown); this file is the command line.
+Modules: ``swa_hold.setup`` (arms, shapes, the arm's environment), ``swa_hold.run`` (one arm, one
+run, and its observation hooks), ``swa_hold.result`` (the run schedule and the JSON result),
+``swa_hold.report`` (the markdown); this file is the command line.
 
 Examples::
 
@@ -218,7 +218,7 @@ def main(argv=None) -> int:
 
 
 def _main_target(args, shape: Shape, argv) -> int:
-    """``--target main``: the 0.5.23 arms, each in its own environment (swa_hold_target_main)."""
+    """``--target main``: the 0.5.23 arms, each in its own environment (``swa_hold.target_main``)."""
     from swa_hold.target_main import ARMS as MAIN_ARMS
     from swa_hold.target_main import CORES, bench_main
 

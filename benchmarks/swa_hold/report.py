@@ -220,7 +220,7 @@ def _main_notes(result: dict) -> List[str]:
     lines = [
         "",
         f"sglang 0.5.23 (upstream main), in-process on the real `UnifiedRadixCache` / "
-        f"`SWATokenToKVPoolAllocator` / `SWAKVPool` (`benchmarks/swa_hold_main.py`, run in each "
+        f"`SWATokenToKVPoolAllocator` / `SWAKVPool` (`benchmarks/swa_hold/main_driver.py`, run in each "
         f"arm's environment: `main` = stock 0.5.23 in `.venv-main`, `main_islands` = "
         f"`SWAIslandUnifiedRadixCache` as `--enable-swa-islands` builds it, in "
         f"`.venv-main-islands`); columns are ARM/tree core. Pools: full {s['full_pool']} / SWA "

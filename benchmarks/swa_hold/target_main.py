@@ -1,6 +1,6 @@
 """The SWA hold benchmark on sglang 0.5.23 (``benchmarks/swa_hold.py --target main``): runs the
-0.5.23 driver (``swa_hold_main.py``) in each arm's own environment and aggregates its runs into
-the benchmark's JSON result (the schema of ``swa_hold_result``, one column per arm and tree core).
+0.5.23 driver (``swa_hold/main_driver.py``) in each arm's own environment and aggregates its runs into
+the benchmark's JSON result (the schema of ``swa_hold.result``, one column per arm and tree core).
 
 Arms and environments: ``main`` = stock 0.5.23 (``.venv-main``, ``scripts/setup_main.sh``);
 ``main_islands`` = 0.5.23 with the islands series, ``SWAIslandUnifiedRadixCache`` as the registry
