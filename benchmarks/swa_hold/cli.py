@@ -93,7 +93,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 import _bench_path  # noqa: E402,F401  (puts the repository root on sys.path)
-from swa_hold.report import profile_details, to_markdown  # noqa: E402
+from swa_hold.report import to_markdown  # noqa: E402
 from swa_hold.result import bench, hold_summary, sync_summary  # noqa: E402
 from swa_hold.run import RunResult, dead_swa, run_arm  # noqa: E402
 from swa_hold.setup import (ARM_ORDER, ARMS, ISLAND_ARMS, KNOBS, PRODUCTION, QUICK,  # noqa: E402
@@ -261,6 +261,6 @@ def _write(result: dict, args) -> None:
     if args.md:
         os.makedirs(os.path.dirname(os.path.abspath(args.md)), exist_ok=True)
         with open(args.md, "w") as f:
-            f.write(md + profile_details(result))
+            f.write(md)
         log(f"wrote {args.md}")
     log(f"done in {result['total_wall_seconds']:.1f} s")

@@ -1,13 +1,15 @@
 """The SWA hold benchmark's markdown (``benchmarks/swa_hold.py``): one table, one column per arm,
-from the JSON result alone (``to_markdown``), and the cProfile appendix of ``--profile``
-(``profile_details``). SWA figures are tokens per running request; costs are milliseconds."""
+and the cProfile appendix of ``--profile`` (``profile_details``), from the JSON result alone
+(``to_markdown``: the whole file ``--md`` writes). What a run measured under a name that changed
+since (the island free, the arms' reclaim) is rendered from the JSON's own record of it. SWA
+figures are tokens per running request; costs are milliseconds."""
 
 from __future__ import annotations
 
 import statistics
 from typing import Callable, List
 
-from swa_hold.setup import ARM_ORDER
+from swa_hold.setup import ARM_ORDER, ISLAND_FREE_FUNCTION
 
 from islands_harness.host_syncs import SYNC_KEYS
 
@@ -85,7 +87,8 @@ def _cost_rows(t: _Table) -> None:
     t.ratio("commit thread CPU ratio vs upstream (median / p90)",
             lambda r: f"{r['commit_thread_cpu_median']:.3f} / {r['commit_thread_cpu_p90']:.3f}")
     if any(A[a].get("commit_free_thread_cpu_seconds_median") is not None for a in arms):
-        t.row("of which the SWA free (`free_swa_pages`), thread CPU ms median",
+        free = t.result.get("island_free_function", ISLAND_FREE_FUNCTION)
+        t.row(f"of which the SWA free (`{free}`), thread CPU ms median",
               lambda a: _f(a["commit_free_thread_cpu_seconds_median"] * 1e3, 3)
               if a.get("commit_free_thread_cpu_seconds_median") is not None else "-")
         t.cells("upstream's commit + that free, thread CPU ratio vs upstream (a floor for freeing "
@@ -294,9 +297,11 @@ def _notes(result: dict) -> List[str]:
         "request-owned slots (`req_hold`); `tree evictable`, `dead` and `SWA allocated` are pool "
         "totals divided by the running requests; `dead` = live, unlocked tree SWA outside every "
         "running request's window `[L - w, L)` (during decode, islands' count includes the "
-        "prompt's last island, kept live on purpose as the re-serve point; with lazy reclaim it "
-        "is the cached SWA below islands, evictable: what `lazy`, the default, keeps until the pool needs it). "
-        "Commit CPU: "
+        "prompt's last island, kept live on purpose as the re-serve point"
+        + ("; with lazy reclaim it is the cached SWA below islands, evictable: what `lazy`, the "
+           "default, keeps until the pool needs it" if "lazy" in arm_reclaim(result).values()
+           else "")
+        + "). Commit CPU: "
         "`time.perf_counter` (wall) and `time.thread_time` (this thread's CPU, less sensitive "
         "to other jobs on the machine) around `tree.cache_unfinished_req` "
         + ("(tensor ops are CUDA kernel launches: the thread time is the host's launch cost), "
@@ -321,16 +326,31 @@ def _notes(result: dict) -> List[str]:
     return lines
 
 
+def arm_reclaim(result: dict) -> dict:
+    """Each arm's ``--swa-islands-reclaim`` (None: no policy) as the run recorded it. JSONs before
+    that record (2026-12-04): a run with an ``islands_eager`` arm ran ``islands`` with ``lazy``
+    (the arm set since lazy became the default, 2026-12-01; the four hours before it, ``islands``
+    ran ``auto``, a run not kept); a run without one predates the reclaim policies (islands freed
+    at commit)."""
+    if "arm_reclaim" in result:
+        return result["arm_reclaim"]
+    if "islands_eager" in result["arms"]:
+        return {a: {"islands_eager": "eager", "islands": "lazy"}.get(a) for a in result["arms"]}
+    return {a: None for a in result["arms"]}
+
+
 def to_markdown(result: dict) -> str:
-    """The result's table, pools and method notes, acceptance, command and machine."""
+    """The markdown file of a result: its table, pools and method notes, acceptance, command and
+    machine, then the cProfile tables of the arms that carry them."""
     t = _Table(result)
     if result.get("target") == "main":
         for part in (_main_hold_rows, _main_cost_rows, _main_sync_rows):
             part(t)
-        return "\n".join(_header(result, t.arms) + t.lines + _main_notes(result))
+        return "\n".join(_header(result, t.arms) + t.lines + _main_notes(result)) + profile_details(
+            result)
     for part in (_hold_rows, _cost_rows, _sync_rows, _island_rows):
         part(t)
-    return "\n".join(_header(result, t.arms) + t.lines + _notes(result))
+    return "\n".join(_header(result, t.arms) + t.lines + _notes(result)) + profile_details(result)
 
 
 def profile_details(result: dict) -> str:

@@ -15,7 +15,7 @@ import time
 from typing import Dict, List, Optional
 
 from swa_hold.run import RunResult, _profile_rows, run_arm
-from swa_hold.setup import ARM_ORDER, ISLAND_ARMS, Shape, log
+from swa_hold.setup import ARM_ORDER, ARMS, ISLAND_ARMS, ISLAND_FREE_FUNCTION, Shape, log
 
 from islands_harness.host_syncs import SYNC_KEYS
 
@@ -260,6 +260,9 @@ def bench(shape: Shape, *, arms=ARM_ORDER, repeats: int = 3, timing_decode_token
         "profile_runs": profile_runs if profile_top else 0,
         "timing_decode_tokens": timing_decode_tokens,
         "device": _device_label(),
+        # what the report names, stored as run (the markdown renders from the JSON alone)
+        "arm_reclaim": {arm: ARMS[arm][1] for arm in arms},
+        "island_free_function": ISLAND_FREE_FUNCTION,
     }
     measured = _measurement_runs(shape, arms, count_syncs, check)
     timings = _timing_runs(shape, arms, repeats, timing_decode_tokens)

@@ -19,7 +19,7 @@ import random
 import time
 from typing import Dict, List, Optional
 
-from swa_hold.setup import ARMS, Shape, arm_env, log
+from swa_hold.setup import ARMS, ISLAND_FREE_FUNCTION, Shape, arm_env, log
 
 from islands_harness.host_syncs import make_sync_counter
 
@@ -295,10 +295,10 @@ def run_arm(shape: Shape, arm: str, *, measure: bool = True, count_syncs: bool =
 
 @contextlib.contextmanager
 def _timing_island_free(alloc, acc: List[float]):
-    """While active, every ``alloc.free_swa_pages`` call (the island cache's sync-free SWA free,
-    at an eager reclaim or an eviction) adds its thread CPU seconds to ``acc[0]``; a wrapper on
-    the allocator instance, observation only."""
-    real_free = alloc.free_swa_pages
+    """While active, every ``alloc.free_swa_pages`` call (``ISLAND_FREE_FUNCTION``: the island
+    cache's sync-free SWA free, at an eager reclaim or an eviction) adds its thread CPU seconds to
+    ``acc[0]``; a wrapper on the allocator instance, observation only."""
+    real_free = getattr(alloc, ISLAND_FREE_FUNCTION)
 
     def timed_free(*a, **k):
         c = time.thread_time()
@@ -307,11 +307,11 @@ def _timing_island_free(alloc, acc: List[float]):
         finally:
             acc[0] += time.thread_time() - c
 
-    alloc.free_swa_pages = timed_free
+    setattr(alloc, ISLAND_FREE_FUNCTION, timed_free)
     try:
         yield
     finally:
-        del alloc.free_swa_pages
+        delattr(alloc, ISLAND_FREE_FUNCTION)
 
 
 def _profile_rows(prof, n_commits: int, top: int) -> List[dict]:

@@ -32,6 +32,9 @@ ARMS = {
 }
 ARM_ORDER = ("upstream", "upstream_knobs", "islands_eager", "islands")
 ISLAND_ARMS = tuple(a for a in ARM_ORDER if ARMS[a][0])
+ISLAND_FREE_FUNCTION = "free_swa_pages"
+"""The allocator method the island cache frees SWA with, timed inside each commit (the result's
+``island_free_function``; earlier runs timed ``free_live_swa_pages``, its name before)."""
 
 
 @dataclasses.dataclass

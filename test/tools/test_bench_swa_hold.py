@@ -78,6 +78,46 @@ def test_cli_tiny_writes_json_and_md(tmp_path, capsys):
     assert "of which the SWA free" in md and "KV device: cpu" in md
     assert "CUDA syncs" not in md  # only a CUDA stack runs torch's sync detector
     assert md.strip() in capsys.readouterr().out
+    # what the markdown names is stored as run
+    assert result["island_free_function"] == "free_swa_pages"
+    assert result["arm_reclaim"] == {"upstream": None, "upstream_knobs": None,
+                                     "islands_eager": "eager", "islands": "lazy"}
+    assert "(`free_swa_pages`)" in md and "with lazy reclaim" in md
+
+
+RESULTS = pathlib.Path(_ROOT) / "benchmarks" / "results"
+
+
+def test_markdown_names_what_the_run_measured_from_its_json():
+    """The free's name and the reclaim note come from the JSON, not today's code: the 2026-11-29
+    H200 run timed ``free_live_swa_pages`` and had no reclaim policy; a JSON without the record
+    falls back to today's name, and to the reclaim its arm set implies."""
+    from swa_hold.report import to_markdown
+
+    gpu = json.loads((RESULTS / "gpu" / "swa_hold_quick_cuda.json").read_text())
+    md = to_markdown(gpu)
+    assert "(`free_live_swa_pages`), thread CPU ms median" in md
+    assert "with lazy reclaim" not in md  # islands freed at commit then
+    del gpu["island_free_function"]
+    assert "(`free_swa_pages`), thread CPU ms median" in to_markdown(gpu)
+    gpu["arm_reclaim"] = {"upstream": None, "upstream_knobs": None, "islands": "lazy"}
+    assert "with lazy reclaim" in to_markdown(gpu)
+    cpu = json.loads((RESULTS / "swa_hold_quick.json").read_text())
+    assert "arm_reclaim" not in cpu and "with lazy reclaim" in to_markdown(cpu)  # 4 arms: lazy
+
+
+def test_markdown_carries_the_profile_of_the_json():
+    """``--profile``'s cProfile tables are part of the result's markdown (``to_markdown``), from
+    the arms' ``commit_profile`` in the JSON."""
+    from swa_hold.report import to_markdown
+
+    result = json.loads((RESULTS / "swa_hold_quick.json").read_text())
+    md = to_markdown(result)
+    assert md.count("<details><summary>cProfile of the commit path: ") == 4
+    assert md.endswith("</details>\n")
+    for a in result["arms"].values():
+        del a["commit_profile"]
+    assert "cProfile" not in to_markdown(result)
 
 
 @pytest.mark.parametrize("page", [4])
