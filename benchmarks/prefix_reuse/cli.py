@@ -98,7 +98,8 @@ from islands_harness.provenance import git_head  # noqa: E402
 from sglang.srt.mem_cache.swa_island_formulas import EVICTION_ORDERS  # noqa: E402
 from prefix_reuse.arms import ARMS, CPU, DEFAULT_ARMS, POOLS, comma_choice, pool_table  # noqa: E402
 from prefix_reuse.clients import plan_classes  # noqa: E402
-from prefix_reuse.report import assemble, plot, to_markdown, validate_result  # noqa: E402
+from prefix_reuse.report import (arm_descriptions, assemble, plot, to_markdown,  # noqa: E402
+                                 validate_result)
 from prefix_reuse.run import log, run_boot  # noqa: E402
 from prefix_reuse.workloads import (CLASSES, PRESETS, Workload, build_scripts,  # noqa: E402
                                     check_workload)
@@ -253,6 +254,7 @@ def run(a, pools: Dict[str, Dict[str, Any]], wl: Workload) -> int:
             "workload": wl.to_dict(), "classes": a.class_list, "arm_order": a.arm_list,
             "pool_order": a.pool_list, "pools": pools,
             "main_islands_eviction": EVICTION_ORDERS[0],
+            "arm_descriptions": arm_descriptions(a.arm_list, EVICTION_ORDERS[0]),
             "plan": plan_classes(wl, a.class_list),
             "machine": {"cpus": m["cpus"], "platform": m["platform"], "load_start": m["load"]}}
     (log_dir / "meta.json").write_text(json.dumps(meta, indent=1))

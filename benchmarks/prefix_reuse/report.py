@@ -168,8 +168,9 @@ def validate_result(result: Dict[str, Any]) -> None:
 
 def assemble(boots: List[Dict[str, Any]], meta: Dict[str, Any]) -> Dict[str, Any]:
     """The result: the run's ``meta`` (command, date, pools, workload, plan ...), the records of
-    the boots that produced any (arms in ``ARMS`` order), the failed boots' errors, and the
-    acceptance checks with their summary."""
+    the boots that produced any (arms in ``ARMS`` order), the failed boots' errors, the arms'
+    descriptions (``meta``'s when it has them, else today's ``arm_descriptions``; those of arms
+    without records left out), and the acceptance checks with their summary."""
     arms: Dict[str, Dict[str, Dict[str, Any]]] = {}
     for b in boots:
         if b.get("classes"):
@@ -189,6 +190,9 @@ def assemble(boots: List[Dict[str, Any]], meta: Dict[str, Any]) -> Dict[str, Any
         "errors": {f"{b['arm']}@{b['pool']}": b["error"] for b in boots if "error" in b},
         "arms": arms,
     }
+    desc = meta.get("arm_descriptions") or arm_descriptions(arms, meta.get("main_islands_eviction"))
+    result["arm_descriptions"] = {n: d for n, d in desc.items()
+                                  if n in ALWAYS_DESCRIBED or n in arms}
     pools = [p for p in POOLS if any(p in v for v in arms.values())]
     classes = [c for c in CLASSES if any(c in v.get(p, {}) for v in arms.values() for p in pools)]
     result["acceptance"] = acceptance(arms, CPU.cap, CPU.page, pools, classes)
@@ -293,30 +297,43 @@ def _md_setup(result: Dict[str, Any], pools: Sequence[str]) -> List[str]:
                      f"{_f(x.get('swa_pool'), 0)} | {_f(x.get('bind_without_islands'))} | "
                      f"{x.get('island_capacity')} ({x.get('island_capacity_with_tail')}) |")
         L.append("")
-    run = result.get("arms", {})
-    L.append("Arms: `upstream` (stock), `upstream_knobs` (+ `SGLANG_OPT_SWA_SPLIT_LEAF_ON_INSERT=1 "
-             "SGLANG_OPT_SWA_RELEASE_LEAF_LOCK_AFTER_WINDOW=1`), `islands_eager` "
-             "(`--enable-swa-islands --swa-islands-reclaim eager`), `islands` "
-             "(`--enable-swa-islands`, default reclaim `lazy`)"
-             + (", `islands_auto` (`--swa-islands-reclaim auto`)" if "islands_auto" in run else "")
-             + (", `main` (stock sglang 0.5.23, upstream main, default settings: its own cache, "
-                "`UnifiedRadixCache`, and pool sizing)" if "main" in run else "")
-             + (", `main_knobs` (stock 0.5.23 + `SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS=0 "
-                "SGLANG_OPT_RELEASE_PREFILL_SWA=1`)" if "main_knobs" in run else "")
-             + (", `main_free_off` (stock 0.5.23 + `SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS"
-                "=0`)" if "main_free_off" in run else "")
-             + (", `main_release_prefill` (stock 0.5.23 + `SGLANG_OPT_RELEASE_PREFILL_SWA=1`)"
-                if "main_release_prefill" in run else "")
-             + (", `main_islands` (0.5.23 + the main islands series, `--enable-swa-islands`, "
-                + (MAIN_ISLANDS_AUTO if result.get("main_islands_eviction") == "auto" else
-                   "default reclaim `auto`") + ")" if "main_islands" in run else "")
-             + (", `main_islands_auto` (the same with `--swa-islands-reclaim auto`)"
-                if "main_islands_auto" in run else "")
-             + (", `main_islands_window` (the same with `--swa-islands-eviction window`: cold SWA, "
-                "then retention windows, then the rest, on the Python tree core)"
-                if "main_islands_window" in run else "")
-             + ".\n")
+    desc = result.get("arm_descriptions") or arm_descriptions(
+        result.get("arms", {}), result.get("main_islands_eviction"))
+    L.append("Arms: " + ", ".join(f"`{n}` ({d})" for n, d in desc.items()) + ".\n")
     return L
+
+
+ALWAYS_DESCRIBED = ("upstream", "upstream_knobs", "islands_eager", "islands")
+"""The arms the markdown's arms paragraph names whether they ran or not."""
+
+
+def arm_descriptions(run: Sequence[str] | Dict[str, Any],
+                     main_islands_eviction: str | None = None) -> Dict[str, str]:
+    """Today's description of each arm the arms paragraph names (``ALWAYS_DESCRIBED``, then those
+    of ``run`` among the others), in that order. ``assemble`` stores them in the result as
+    ``arm_descriptions``, so a committed run keeps what its arms were when the code changes; the
+    markdown uses these only for a result without them."""
+    d = {"upstream": "stock",
+         "upstream_knobs": "+ `SGLANG_OPT_SWA_SPLIT_LEAF_ON_INSERT=1 "
+                           "SGLANG_OPT_SWA_RELEASE_LEAF_LOCK_AFTER_WINDOW=1`",
+         "islands_eager": "`--enable-swa-islands --swa-islands-reclaim eager`",
+         "islands": "`--enable-swa-islands`, default reclaim `lazy`"}
+    optional = {
+        "islands_auto": "`--swa-islands-reclaim auto`",
+        "main": "stock sglang 0.5.23, upstream main, default settings: its own cache, "
+                "`UnifiedRadixCache`, and pool sizing",
+        "main_knobs": "stock 0.5.23 + `SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS=0 "
+                      "SGLANG_OPT_RELEASE_PREFILL_SWA=1`",
+        "main_free_off": "stock 0.5.23 + `SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS=0`",
+        "main_release_prefill": "stock 0.5.23 + `SGLANG_OPT_RELEASE_PREFILL_SWA=1`",
+        "main_islands": "0.5.23 + the main islands series, `--enable-swa-islands`, " + (
+            MAIN_ISLANDS_AUTO if main_islands_eviction == "auto" else "default reclaim `auto`"),
+        "main_islands_auto": "the same with `--swa-islands-reclaim auto`",
+        "main_islands_window": "the same with `--swa-islands-eviction window`: cold SWA, then "
+                               "retention windows, then the rest, on the Python tree core",
+    }
+    d.update((n, t) for n, t in optional.items() if n in run)
+    return d
 
 
 CLASS_TEXT: Dict[str, Callable[[Dict[str, Any]], str]] = {

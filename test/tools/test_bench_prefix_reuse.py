@@ -15,8 +15,9 @@ sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
 from prefix_reuse.arms import ARMS, DEFAULT_ARMS, POOLS  # noqa: E402
 from prefix_reuse.clients import plan_classes  # noqa: E402
-from prefix_reuse.report import (CLASS_KEYS, COLORS, acceptance, acceptance_main,  # noqa: E402
-                                 validate_result)
+from prefix_reuse.report import (ALWAYS_DESCRIBED, CLASS_KEYS, COLORS,  # noqa: E402
+                                 MAIN_ISLANDS_AUTO, acceptance, acceptance_main,
+                                 arm_descriptions, assemble, to_markdown, validate_result)
 from prefix_reuse.run import class_extra  # noqa: E402
 from prefix_reuse.workloads import (CLASSES, PRESETS, build_branch_edit, build_scripts,  # noqa: E402
                                     build_shared_system, check_workload, common_prefix_len,
@@ -243,6 +244,52 @@ def test_committed_main_auto_result_backs_issue_27s_prefix_claims():
         assert isl["ample"][cls]["cached_tokens"] == isl["ample"][cls]["expected_shared_tokens"]
         for pool in POOLS[1:]:
             assert isl[pool][cls]["mean_running_queued"] >= result["cap"] - 1, (pool, cls)
+
+
+def _arms_line(md):
+    (line,) = [x for x in md.splitlines() if x.startswith("Arms: ")]
+    return line
+
+
+def test_a_result_keeps_the_arm_descriptions_of_its_run():
+    """``assemble`` stores the arms' descriptions in the result (the run's own from ``meta`` when
+    it has them, today's otherwise; arms without records left out) and the markdown says what
+    the result stores, not what today's code would say."""
+    rec = {k: 0 for k in CLASS_KEYS} | {"max_swa_held_per_running_req": None, "requests": 1}
+    boots = [{"arm": a, "pool": "ample", "classes": {"fanout": dict(rec)}}
+             for a in ("main", "main_islands")] + [
+        {"arm": "main_knobs", "pool": "ample", "error": "boom", "classes": {}}]
+    today = assemble(boots, {"command": "x"})
+    assert today["arm_descriptions"] == arm_descriptions(["main", "main_islands"])
+    assert list(today["arm_descriptions"]) == [*ALWAYS_DESCRIBED, "main", "main_islands"]
+    assert "`main_islands` (0.5.23 + the main islands series, `--enable-swa-islands`, default " \
+           "reclaim `auto`)" in _arms_line(to_markdown(today))
+    auto = assemble(boots, {"command": "x", "main_islands_eviction": "auto"})
+    assert auto["arm_descriptions"]["main_islands"].endswith(MAIN_ISLANDS_AUTO)
+    run_text = arm_descriptions(["main", "main_knobs", "main_islands"]) | {
+        "main_islands": "as it was then, default reclaim `lazy`"}
+    then = assemble(boots, {"command": "x", "arm_descriptions": run_text})
+    assert "main_knobs" not in then["arm_descriptions"]  # its boot failed: no records
+    assert then["arm_descriptions"]["main_islands"] == "as it was then, default reclaim `lazy`"
+    line = _arms_line(to_markdown(then))
+    assert line.endswith(", `main_islands` (as it was then, default reclaim `lazy`).")
+    assert line.startswith("Arms: `upstream` (stock), `upstream_knobs` (+ ")
+    # a result from before the field: today's descriptions of the arms it has
+    del then["arm_descriptions"]
+    assert _arms_line(to_markdown(then)) == _arms_line(to_markdown(today))
+
+
+@pytest.mark.parametrize("stem", ["prefix_reuse_quick_main_islands",
+                                  "prefix_reuse_quick_main_islands_repeat"])
+def test_committed_lazy_runs_say_lazy_and_regenerate(stem):
+    """These runs were made while ``main_islands`` defaulted to the lazy reclaim; their JSON
+    carries that description (copied from their markdown), so they regenerate byte-identical
+    although today's code would describe the arm otherwise."""
+    path = pathlib.Path(QUICK_JSON).with_name(stem + ".json")
+    result = json.loads(path.read_text())
+    assert result["arm_descriptions"]["main_islands"].endswith("default reclaim `lazy`")
+    assert arm_descriptions(result["arms"])["main_islands"].endswith("default reclaim `auto`")
+    assert to_markdown(result) == path.with_suffix(".md").read_text()
 
 
 def test_class_extra_records_each_request_against_what_could_be_hit():
