@@ -1,5 +1,6 @@
 """Cache cost benchmark, the report: ratios and growth slopes against upstream (``analyse``), the
-markdown (``to_markdown``) and the log-log plot (``plot``)."""
+markdown (``to_markdown``) and the log-log plot (``plot``). The markdown renders from the JSON
+alone: what a run did not measure (path nodes, before 2026-12-03 12:19) gets no column."""
 
 from __future__ import annotations
 
@@ -142,6 +143,24 @@ def _ratio(a: Optional[float], b: Optional[float]) -> str:
     return f"{a / b:.2f}" if a is not None and b else "–"
 
 
+def _path_nodes_measured(result: Dict[str, Any]) -> bool:
+    """Whether the run recorded the probed transcripts' path nodes (``facts.path_nodes``)."""
+    return any("path_nodes" in cell.get("facts", {}) for arm in result["size_sweep"].values()
+               for w in arm.values() for cell in w.values())
+
+
+def _auto_builds_lazys_tree(result: Dict[str, Any]) -> bool:
+    """Whether ``islands_auto`` built the tree ``islands_lazy`` built at every size (the same
+    nodes and live SWA, before and after the evictions)."""
+    sweep = result["size_sweep"]
+    auto, lazy = sweep.get("islands_auto"), sweep.get("islands_lazy")
+    if not auto or not lazy or auto.keys() != lazy.keys():
+        return False
+    return all(auto[w].keys() == lazy[w].keys() and all(
+        (auto[w][p]["facts"], auto[w][p]["facts_nocold"])
+        == (lazy[w][p]["facts"], lazy[w][p]["facts_nocold"]) for p in auto[w]) for w in auto)
+
+
 def _header(result: Dict[str, Any]) -> List[str]:
     env, code = result["environment"], result.get("code", {})
     return [
@@ -160,9 +179,10 @@ def _header(result: Dict[str, Any]) -> List[str]:
         "JSON), torch on one thread, garbage collector off in timed regions. `*_cold`: the first "
         "eviction of k SWA tokens right after the build; `*_nocold`: after evicting until islands "
         "take window tokens (upstream: the same total as `islands_lazy`); each sample on a fresh "
-        "clone of that state. `–`: no such operation in that arm. With these ample pools "
-        "`islands_auto` (lazy while a chunk of SWA is free) builds the same tree as "
-        "`islands_lazy`: their columns differ by noise only.\n"]
+        "clone of that state. `–`: no such operation in that arm."
+        + (" With these ample pools `islands_auto` (lazy while a chunk of SWA is free) builds "
+           "the same tree as `islands_lazy`: their columns differ by noise only."
+           if _auto_builds_lazys_tree(result) else "") + "\n"]
 
 
 def _headline(result: Dict[str, Any]) -> List[str]:
@@ -189,16 +209,19 @@ def _window_tables(result: Dict[str, Any], w: str) -> List[str]:
     cells = {a: sweep[a][w] for a in sweep if w in sweep[a]}
     arms = [a for a in ("upstream", *ISLAND_ARMS) if a in cells]
     points = [str(n) for n in result["sizes"][w]]
+    paths = _path_nodes_measured(result)
     L = [f"## Window {w} (chunk {4 * int(w)})\n",
          "| clients | requests | tokens cached | " + " | ".join(
-             f"`{a}` nodes / live-SWA (no cold: live) / path nodes" for a in arms) + " |",
+             f"`{a}` nodes / live-SWA (no cold: live)" + (" / path nodes" if paths else "")
+             for a in arms) + " |",
          "|---" * (3 + len(arms)) + "|"]
     for p in points:
         f = cells[arms[0]][p]["facts"]
         L.append(f"| {p} | {f['requests']:,} | {f['tokens_cached']:,} | " + " | ".join(
             f"{cells[a][p]['facts']['nodes']:,} / {cells[a][p]['facts']['live_swa_nodes']:,} "
-            f"({cells[a][p]['facts_nocold']['live_swa_nodes']:,}) / "
-            f"{cells[a][p]['facts'].get('path_nodes', '–')}" for a in arms) + " |")
+            f"({cells[a][p]['facts_nocold']['live_swa_nodes']:,})"
+            + (f" / {cells[a][p]['facts'].get('path_nodes', '–')}" if paths else "")
+            for a in arms) + " |")
     L += ["", "| op | clients | " + " | ".join(f"`{a}`" for a in arms) + " | lazy / upstream |",
           "|---" * (3 + len(arms)) + "|"]
     for op in SIZE_OPS:
@@ -228,23 +251,26 @@ def _queue_table(result: Dict[str, Any]) -> List[str]:
 
 def _checks(result: Dict[str, Any]) -> List[str]:
     an = result["analysis"]
+    paths = _path_nodes_measured(result)
     L = ["## Checks: islands <= 1.2x upstream at every size, no curve steeper than upstream's\n",
          f"Slopes: log-log against tokens cached (size sweep) or queue length (queue sweep); "
          f"steeper means more than {SLOPE_SLACK} above upstream's. `note`: an operation that must "
-         "cost more, or has no upstream counterpart (below). `per node`: above the limit as "
-         "measured, within it per path node (the time over the mean nodes on the probed "
-         "transcripts' paths, `path nodes` above: islands split a path at every island, and "
-         "upstream's own match, lock, MRU reset and insert walk it node by node), growing no "
-         "faster than upstream's.\n",
-         "| sweep | op | arm | max ratio | max ratio per path node | slope (upstream) | verdict |",
-         "|---|---|---|---|---|---|---|"]
+         "cost more, or has no upstream counterpart (below)."
+         + (" `per node`: above the limit as "
+            "measured, within it per path node (the time over the mean nodes on the probed "
+            "transcripts' paths, `path nodes` above: islands split a path at every island, and "
+            "upstream's own match, lock, MRU reset and insert walk it node by node), growing no "
+            "faster than upstream's." if paths else "") + "\n",
+         "| sweep | op | arm | max ratio | " + ("max ratio per path node | " if paths else "")
+         + "slope (upstream) | verdict |",
+         "|---" * (7 if paths else 6) + "|"]
     for r in an["size"] + an["queue"]:
         sweep = f"w {r['window']}" if "window" in r and r.get("window") else "queue"
         mr = f"{r['max_ratio']:.2f}" if r["max_ratio"] is not None else "–"
         pn = r.get("max_per_node_ratio")
-        pn = f"{pn:.2f}" if pn is not None else "–"
-        L.append(f"| {sweep} | {r['op']} | {r['arm']} | {mr} | {pn} | {r['slope']} "
-                 f"({r['upstream_slope']}) | {r['verdict']} |")
+        pn = f"{pn:.2f} | " if pn is not None else "– | "
+        L.append(f"| {sweep} | {r['op']} | {r['arm']} | {mr} | {pn if paths else ''}"
+                 f"{r['slope']} ({r['upstream_slope']}) | {r['verdict']} |")
     L += ["", "Notes:\n"] + [f"- `{op}`: {text}" for op, text in NOTES.items()]
     return L + [""]
 

@@ -118,3 +118,24 @@ def test_help_explains_the_sweeps(capsys):
         cache_cost.parse_args(["--help"])
     out = capsys.readouterr().out
     assert "--quick" in out and "--out DIR" in out and "queue" in out and "upstream" in out
+
+
+RESULTS = pathlib.Path(_ROOT) / "benchmarks" / "results"
+
+
+def test_markdown_shows_only_what_the_run_measured():
+    """Path nodes (columns, the per-path-node ratio and its verdict's note) appear for a run that
+    recorded them, not for one from before (cache_cost_before); the note that `islands_auto`
+    built `islands_lazy`'s tree is written only where the JSON shows the same trees."""
+    after = json.loads((RESULTS / "cache_cost.json").read_text())
+    before = json.loads((RESULTS / "cache_cost_before.json").read_text())
+    md_after, md_before = report.to_markdown(after), report.to_markdown(before)
+    for needle in ("/ path nodes |", "| max ratio per path node |", "`per node`: above the limit"):
+        assert needle in md_after and needle not in md_before, needle
+    assert "| sweep | op | arm | max ratio | slope (upstream) | verdict |\n|---|---|---|---|---|---|\n" \
+        in md_before
+    same = "builds the same tree as `islands_lazy`"
+    assert same in md_after and same in md_before
+    cell = next(iter(next(iter(before["size_sweep"]["islands_auto"].values())).values()))
+    cell["facts"]["nodes"] += 1
+    assert same not in report.to_markdown(before)
