@@ -80,7 +80,7 @@ from typing import Any, Dict, List
 
 import _bench_path
 from admission.report import acceptance, aggregate, plot_running, to_markdown, validate_result
-from admission.run import log, run_arm
+from admission.run import COUNTERS, log, run_arm
 from admission.setup import (ARMS, BASELINE_ARM, DEFAULT_ARMS, QUICK_ARMS, CpuShape,
                              plan_mapping)
 from admission.workloads import QUICK, WorkloadConfig, agent_max_context
@@ -201,7 +201,8 @@ def main(argv=None) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     meta = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M"), "git_head": git_head(),
             "quick": a.quick, "repeats": a.repeats, "eviction_interval": a.eviction_interval,
-            "workload": dataclasses.asdict(cfg), "workloads": workloads, "arm_order": arm_names}
+            "workload": dataclasses.asdict(cfg), "workloads": workloads, "arm_order": arm_names,
+            "counters": dict(COUNTERS)}
     (log_dir / "meta.json").write_text(json.dumps(meta, indent=1))
     log(f"{len(arm_names)} arms x {a.repeats} repeat(s), workloads {workloads}; logs in {log_dir}")
     for n in arm_names:
@@ -267,6 +268,7 @@ def write_outputs(runs: List[Dict[str, Any]], meta: Dict[str, Any], mapping: Dic
         "arm_runtimes_s": {f"{r['arm']} r{r['repeat']}": r["arm_s"] for r in runs},
         "baseline_arm": BASELINE_ARM,
         "mapping": mapping,
+        **({"counters": meta["counters"]} if "counters" in meta else {}),
         "png": str(paths["png"]) if paths["png"] else None,
         "arms": arms,
     }

@@ -9,6 +9,7 @@ import statistics
 from typing import Any, Dict, List, Optional, Sequence
 
 import _bench_path  # noqa: F401  (puts the repository root on sys.path)
+from admission.run import COUNTERS
 from admission.setup import ARMS, BASELINE_ARM
 
 HEADLINE = [  # (json key, phase, field)
@@ -351,7 +352,8 @@ def _results_section(L: List[str], result: Dict[str, Any]) -> None:
     if "no_reuse" in workloads:
         _no_reuse_table(L, arms, names)
     if "agent" in workloads:
-        _agent_table(L, arms, names, with_no_reuse="no_reuse" in workloads)
+        _agent_table(L, arms, names, with_no_reuse="no_reuse" in workloads,
+                     counters=counter_names(result))
 
 
 def _outcomes_section(L: List[str], result: Dict[str, Any]) -> None:
@@ -388,7 +390,15 @@ def _no_reuse_table(L: List[str], arms: Dict[str, Any], names: List[str]) -> Non
     L.append("")
 
 
-def _agent_table(L: List[str], arms: Dict[str, Any], names: List[str], with_no_reuse: bool) -> None:
+def counter_names(result: Dict[str, Any]) -> Dict[str, str]:
+    """The Prometheus name of each counter (``admission.run.COUNTERS``' keys) as the run scraped
+    it: the result's ``counters`` (a run writes them), today's ``COUNTERS`` for a name it lacks
+    (results from before the field)."""
+    return {**COUNTERS, **(result.get("counters") or {})}
+
+
+def _agent_table(L: List[str], arms: Dict[str, Any], names: List[str], with_no_reuse: bool,
+                 counters: Dict[str, str] = COUNTERS) -> None:
     L.append("### agent (multi-turn, transcript re-sent)\n")
     turns = max((len(a.get("agent_hit_rate_per_turn", {})) for a in arms.values()), default=0)
     hdr = ["arm", "SWA pool", "hit rate (turns≥2)", "of reusable"] + \
@@ -410,9 +420,9 @@ def _agent_table(L: List[str], arms: Dict[str, Any], names: List[str], with_no_r
                _cell(a, "agent_latency_ratio")]) + " |")
     L.append("")
     L.append(
-        "LRU-evicted = `sglang:evicted_tokens_total` (pressure-driven `evict()`: full + SWA slots "
-        "summed by sglang; there is no SWA-only counter); eager-freed = "
-        "`sglang:swa_freed_at_commit_tokens` (SWA slots islands free at commit, islands only)."
+        f"LRU-evicted = `{counters['evicted_tokens']}` (pressure-driven `evict()`: full + SWA "
+        "slots summed by sglang; there is no SWA-only counter); eager-freed = "
+        f"`{counters['island_freed_tokens']}` (SWA slots islands free at commit, islands only)."
         + ((" no_reuse: " + ", ".join(
             f"`{n}` {_f(arms[n].get('evicted_tokens'), 0)} / {_f(arms[n].get('island_freed_tokens'), 0)}"
             for n in names) + " (LRU-evicted / eager-freed).") if with_no_reuse else "") + "\n")

@@ -336,6 +336,47 @@ def test_markdown_renders_from_a_synthetic_result():
     assert "| `islands_0.17` |" in md and "PASS" in md and "0.10-eq" in md
 
 
+def test_markdown_names_the_counters_the_run_scraped(tmp_path):
+    """The eviction note names the Prometheus counters as the result records them (the run's
+    own ``counters``), today's ``admission.run.COUNTERS`` for a result from before the field;
+    a run writes its counters into the result."""
+    r = _synthetic_result()
+    r.update(command="x", date="d", repeats=2, runtime_s=60.0, quick=True, eviction_interval=34,
+             workload=dict(admission_setup.dataclasses.asdict(admission_workloads.WorkloadConfig())),
+             workloads=["no_reuse", "agent"], arm_order=list(r["arms"]), png=None)
+    today = admission_report.to_markdown(r)
+    assert "eager-freed = `sglang:swa_freed_at_commit_tokens` (SWA" in today
+    assert "LRU-evicted = `sglang:evicted_tokens_total` (pressure" in today
+    r["counters"] = {"island_freed_tokens": "sglang:swa_island_freed_tokens_total"}
+    then = admission_report.to_markdown(r)
+    assert "eager-freed = `sglang:swa_island_freed_tokens_total` (SWA" in then
+    assert "LRU-evicted = `sglang:evicted_tokens_total` (pressure" in then
+    assert then.replace("swa_island_freed_tokens_total", "swa_freed_at_commit_tokens") == today
+    runs = [_run("upstream_0.17", 0, 6, 4.0, 3, 80.0, 40.0, 0.3),
+            _run("islands_0.17", 0, 16, 12.0, 0, 160.0, 20.0, 0.9)]
+    for x in runs:
+        x["arm_s"] = 60.0
+    meta = {k: r[k] for k in ("command", "date", "quick", "repeats", "runtime_s",
+                              "eviction_interval", "workload", "workloads")}
+    meta.update(arm_order=["upstream_0.17", "islands_0.17"], counters=dict(admission_run.COUNTERS))
+    a = admission.parse_args(["--quick", "--json", str(tmp_path / "r.json")])
+    assert admission.write_outputs(runs, meta, r["mapping"], a, tmp_path) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["counters"] == admission_run.COUNTERS
+    del meta["counters"]  # --from-runs of a run folder from before the field
+    assert admission.write_outputs(runs, meta, r["mapping"], a, tmp_path) == 0
+    assert "counters" not in json.loads((tmp_path / "r.json").read_text())
+
+
+@pytest.mark.parametrize("stem", ["admission", "admission_agent_while_running"])
+def test_committed_runs_before_the_counter_rename_regenerate(stem):
+    """Run while the eager-free counter was ``sglang:swa_island_freed_tokens_total``; the JSON
+    records that name, and the markdown regenerates byte-identical from it."""
+    path = pathlib.Path(_ROOT) / "benchmarks" / "results" / f"{stem}.json"
+    result = json.loads(path.read_text())
+    assert result["counters"]["island_freed_tokens"] == "sglang:swa_island_freed_tokens_total"
+    assert admission_report.to_markdown(result) == path.with_suffix(".md").read_text()
+
+
 def test_cli_help_and_plan_only():
     py = sys.executable
     out = subprocess.run([py, os.path.join(_ROOT, "benchmarks", "admission.py"), "--help"],
