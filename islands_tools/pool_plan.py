@@ -6,7 +6,7 @@ without islands. The pool formulas the server itself checks at startup (island f
 capacity, hold without islands, admission bind, SWA pool size) have one definition, in
 ``sglang.srt.mem_cache.swa_island_guard``; this module imports them and adds what only a plan
 needs: bytes per token from a model's shape, the memory budget, the ratio search and the table.
-``scripts/swa_pool_plan.py`` is its command line.
+``scripts/swa_pool_plan.py`` (``pool_plan_cli``) is its command line.
 
 Vocabulary (token counts unless a name ends in ``bytes``):
 

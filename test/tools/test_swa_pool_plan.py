@@ -1,6 +1,6 @@
 """The pool-split arithmetic of the design note, pinned: "The hybrid KV layout", "The lazy-eviction
 hold" and "Re-deriving the pool split", plus a cross-check against SGLang's own pool configurator
-and ModelConfig, and the command line scripts/swa_pool_plan.py.
+and ModelConfig, and the command line scripts/swa_pool_plan.py (islands_tools/pool_plan_cli.py).
 
 The planner is ``islands_tools.pool_plan``; the pool formulas the server checks at startup are
 imported by it from ``sglang.srt.mem_cache.swa_island_guard`` (their literal pins are in
