@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import random
 import sys
@@ -100,7 +101,9 @@ def main(argv=None) -> int:
         ref[name] = cached[key]
     if cache:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps(cached))
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cached))
+        os.replace(tmp, cache)  # atomic: a concurrent reader sees the old file or the new one
     report["oracle_s"] = round(time.monotonic() - t0, 2)
     report["requests_planned"] = len(seq) + len(conc)
     if a.oracle_only:

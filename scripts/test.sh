@@ -11,6 +11,10 @@
 #                                   and without the slow unmarked ones listed below (QUICK_IGNORE,
 #                                   QUICK_SKIP); may be followed by targets and pytest arguments
 #
+# Tests run in TEST_WORKERS pytest-xdist workers (default 2, one per core here), a test module per
+# worker at a time (--dist loadfile: a module's shared server boot stays in one process);
+# TEST_WORKERS=0, or -n/-p no:xdist among the arguments, runs them in this process as before.
+#
 # Ends with pytest's summary line; exits non-zero on failures and when no test ran (pytest exit 5).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -69,9 +73,18 @@ if [ ${#targets[@]} -eq 0 ]; then
   if [ ${#quick[@]} -gt 0 ]; then targets=(test/engine test/tools); else targets=(test); fi
 fi
 
+workers=()
+case " $* " in
+  *" -n "*|*" -n="*|*" --numprocesses"*|*"no:xdist"*) ;;
+  *) if [ "${TEST_WORKERS:-2}" != 0 ]; then
+       if "$PY" -c "import xdist" 2>/dev/null; then workers=(-n "${TEST_WORKERS:-2}" --dist loadfile)
+       else echo "test.sh: pytest-xdist is not installed in $PY (scripts/setup.sh installs it): one process" >&2; fi
+     fi ;;
+esac
+
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
-"$PY" -m pytest "${targets[@]}" -q ${quick[@]+"${quick[@]}"} "$@" 2>&1 | tee "$out"
+"$PY" -m pytest "${targets[@]}" -q ${workers[@]+"${workers[@]}"} ${quick[@]+"${quick[@]}"} "$@" 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
 summary="$(grep -E '[0-9]+ (passed|failed|error|errors|skipped|deselected|xfailed|xpassed)|no tests ran' "$out" | tail -n 1)"
 echo "test.sh: ${summary:-no pytest summary line} (pytest exit $rc)"
