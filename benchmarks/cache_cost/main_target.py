@@ -38,24 +38,20 @@ Usage::
 
 from __future__ import annotations
 
+import argparse
+import gc
+import json
 import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+from array import array
+from pathlib import Path
 
-os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-os.environ.setdefault("SGLANG_SWA_EVICTION_INTERVAL", "34")
-
-import argparse  # noqa: E402
-import gc  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import random  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from array import array  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import _bench_path  # noqa: E402,F401
+import _bench_path  # noqa: F401
 
 ARMS = {  # name: (island cache, eviction order, tree core)
     "main_rust": (False, None, "rust"),
@@ -302,6 +298,10 @@ def report(result: dict) -> str:
 
 
 def main(argv=None) -> int:
+    # Before sglang is first imported (every sglang import here is inside a function); set in the
+    # command only, never at import: a test process importing this module keeps its own interval.
+    os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+    os.environ.setdefault("SGLANG_SWA_EVICTION_INTERVAL", "34")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", default="64,256,1024",
