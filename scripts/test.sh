@@ -14,6 +14,7 @@
 # Tests run in TEST_WORKERS pytest-xdist workers (default 2, one per core here), a test module per
 # worker at a time (--dist loadfile: a module's shared server boot stays in one process);
 # TEST_WORKERS=0, or -n/-p no:xdist among the arguments, runs them in this process as before.
+# With workers, OMP_WAIT_POLICY defaults to PASSIVE (below).
 #
 # Ends with pytest's summary line; exits non-zero on failures and when no test ran (pytest exit 5).
 set -uo pipefail
@@ -77,7 +78,12 @@ workers=()
 case " $* " in
   *" -n "*|*" -n="*|*" --numprocesses"*|*"no:xdist"*) ;;
   *) if [ "${TEST_WORKERS:-2}" != 0 ]; then
-       if "$PY" -c "import xdist" 2>/dev/null; then workers=(-n "${TEST_WORKERS:-2}" --dist loadfile)
+       if "$PY" -c "import xdist" 2>/dev/null; then
+         workers=(-n "${TEST_WORKERS:-2}" --dist loadfile)
+         # Two workers each boot servers of 2 OpenMP threads on 2 cores: idle OpenMP threads sleep
+         # instead of spinning, so they leave the cores to the other worker (same thread count,
+         # same arithmetic).
+         export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
        else echo "test.sh: pytest-xdist is not installed in $PY (scripts/setup.sh installs it): one process" >&2; fi
      fi ;;
 esac
