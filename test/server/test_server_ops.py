@@ -627,13 +627,15 @@ def test_flush_cache_refuses_or_defers_while_busy_and_flushes_when_idle(on, ref,
     """Documented in this release (http_server.flush_cache, SchedulerFlushWrapper): without
     `timeout` a busy server answers 400 "Flush cache failed." and flushes nothing; with
     `?timeout=S` the flush waits until the scheduler is idle (or S passes) and then answers 200."""
-    ids, G = prompt("flush-inflight", 200), 60
+    # G: enough decode steps left after the third that the plain flush lands while the request
+    # still runs, however fast the steps (60 was not, once, in a CI-like run)
+    ids, G = prompt("flush-inflight", 200), 400
     ref.prefetch(ids, G)
     flush_ok(on)
     with ThreadPoolExecutor(1) as pool:
         off0 = log_offset(on)
         fut = pool.submit(post_generate, on, ids, G)
-        wait_decoding(on, off0, steps=3)
+        wait_decoding(on, off0, steps=3, before=fut)
         busy = flush(on)  # plain form: refused while a request runs
         t0 = time.monotonic()
         deferred = flush(on, timeout_q=REQ_TIMEOUT_S)
