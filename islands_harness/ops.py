@@ -45,6 +45,23 @@ def post_generate(srv: SglangServer, ids: Sequence[int], n: int, *, rid: str | N
     return r.json()
 
 
+def post_generate_batch(srv: SglangServer, prompts: Sequence[Sequence[int]], n: int, *,
+                        timeout: float = REQ_TIMEOUT_S) -> list[dict]:
+    """Greedy `/generate` on several prompts in one HTTP request (a batch body); one response JSON
+    per prompt, in order. The tokenizer manager forwards the whole batch to the scheduler in one
+    go, so the requests arrive together however loaded the client's machine is (separate HTTP
+    requests from threads can reach the scheduler many decode steps apart)."""
+    body = generate_body([], n)
+    body["input_ids"] = [list(p) for p in prompts]
+    r = requests.post(f"{srv.base_url}/generate", json=body, timeout=timeout)
+    if r.status_code != 200:
+        raise ServerError(f"/generate (batch of {len(prompts)}) -> {r.status_code}: {r.text[:300]}")
+    outs = r.json()
+    if not isinstance(outs, list) or len(outs) != len(prompts):
+        raise ServerError(f"/generate (batch of {len(prompts)}) answered {str(outs)[:300]}")
+    return outs
+
+
 def flush(srv: SglangServer, timeout_q: float | None = None) -> requests.Response:
     url = f"{srv.base_url}/flush_cache" + (f"?timeout={timeout_q}" if timeout_q else "")
     return requests.post(url, timeout=REQ_TIMEOUT_S)

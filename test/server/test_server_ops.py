@@ -59,6 +59,7 @@ from islands_harness.ops import (
     open_request,
     pool_snapshot,
     post_generate,
+    post_generate_batch,
     read_events,
     scrape,
     tick,
@@ -678,7 +679,9 @@ def test_release_and_resume_memory_occupation(on, ref, fleet):
 def test_retraction_under_pool_exhaustion(retract, ref, fleet):
     """4 requests of 40 + 48 tokens over-admitted into a 250-token pool (new-token ratio 0.05):
     decode runs out of KV and retracts; retracted requests are re-prefilled and still give the
-    islands-off outputs."""
+    islands-off outputs. The 4 go in one batch body so they run together: sent from 4 threads
+    they once reached a loaded scheduler far enough apart that the first finished early and
+    nothing retracted."""
     N, P, G = 4, 40, 48
     prompts = [prompt(f"retract-{i}", P) for i in range(N)]
     for p in prompts:
@@ -686,8 +689,7 @@ def test_retraction_under_pool_exhaustion(retract, ref, fleet):
     flush_ok(retract)
     m0 = scrape(retract)
     off0 = log_offset(retract)
-    with ThreadPoolExecutor(N) as ex:
-        outs = list(ex.map(lambda p: post_generate(retract, p, G), prompts))
+    outs = post_generate_batch(retract, prompts, G)
     log = log_since(retract, off0)
     m1 = scrape(retract)
     per_req = [o["meta_info"].get("num_retractions", 0) for o in outs]
