@@ -77,6 +77,7 @@ from sglang.srt.mem_cache.swa_island_formulas import (
     default_reclaim,
     island_out_of_window,
     lazy_reclaim_fits,
+    queued_hit_reserve,
     reclaim_watermark,
     resolve_eviction,
 )
@@ -88,7 +89,7 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
 
 
 def committed_len(req: "Req") -> int:
@@ -217,6 +218,22 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         if self._swa_island_component is not None:
             self._swa_island_component.queued.drop(req)
         super().on_release(req, checkpointed=checkpointed)
+
+    def swa_admission_reserve(self, running_batch: "ScheduleBatch") -> int:
+        """SWA tokens a prefill pass leaves unspent (patch ``admission: leave the SWA a tree cache
+        reserves``): under the window order, while decode requests run, the windows of the queued
+        hits, at most the SWA neither free nor evictable (``queued_hit_reserve``). Admission counts
+        queued hits' windows as evictable; spending them admits a request now and costs a waiting
+        one its hit, while the running requests would have returned SWA by finishing. With no
+        request running it reserves nothing, so admission always makes progress. O(1)."""
+        component = self._swa_island_component
+        if component is None or self.disable or running_batch.is_empty():
+            return 0
+        allocator = self.token_to_kv_pool_allocator
+        held = allocator.size_swa - allocator.swa_available_size() - self.swa_evictable_size()
+        component.queued.hits.reap()
+        return queued_hit_reserve(len(component.queued.hits.nodes), self.sliding_window_size,
+                                  self.page_size, held)
 
     # ---- decode islands -------------------------------------------------------------------------
 

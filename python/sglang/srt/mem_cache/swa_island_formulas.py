@@ -137,6 +137,16 @@ def window_lock_tokens(window_left: int, page_size: int) -> int:
     return -(-window_left // page_size) * page_size
 
 
+def queued_hit_reserve(queued_hits: int, window_left: int, page_size: int, held: int) -> int:
+    """SWA tokens a prefill pass leaves unspent while requests run: the windows of ``queued_hits``
+    distinct queued hits (one page-rounded window each, ``window_lock_tokens``), at most ``held``,
+    the SWA that is neither free nor evictable (running requests' own slots and locked windows),
+    which the running requests return as they finish. Admission then waits for that SWA instead
+    of evicting the window a waiting request will hit; with nothing held it reserves nothing.
+    Example: 3 hits, window_left 32, p 1, 900 held: 96; 40 hits, 900 held: 900."""
+    return max(0, min(queued_hits * window_lock_tokens(window_left, page_size), held))
+
+
 def reclaim_watermark(chunked_prefill_size: Optional[int], page_size: int) -> int:
     """Free SWA tokens below which ``auto`` reclaims eagerly: one prefill chunk, page-rounded up.
 
