@@ -1,5 +1,5 @@
 """Targeted mutants of the 0.5.23 island code (window order, queued hits, the scheduler hook, the
-default reclaim, the decode islands' committed length):
+default reclaim, the decode islands' committed length, the admission reserve of queued windows):
 each one is written into ``.venv-main-islands``' installed copy, the upstream-layout unit tests
 that cover it run, and the copy is restored (also on failure or Ctrl-C). A mutant the tests do not
 kill is a hole in them. Complements ``scripts/mutation.sh`` (cosmic-ray over the 0.5.15 modules).
@@ -27,12 +27,14 @@ COMP = "srt/mem_cache/unified_cache/components/swa_island.py"
 QUEUED = "srt/mem_cache/swa_island_queue.py"
 CACHE = "srt/mem_cache/swa_island_radix_cache.py"
 SCHED = "srt/managers/scheduler.py"
+POLICY = "srt/managers/schedule_policy.py"
 FORMULAS = "srt/mem_cache/swa_island_formulas.py"
 RUN = ("registered/unit/mem_cache/test_swa_island_queued_hits.py",
        "registered/unit/mem_cache/test_swa_island_eviction_order.py",
        "registered/unit/managers/test_request_queued_hook.py",
        "registered/unit/mem_cache/test_swa_island_unified_radix_cache.py",
-       "registered/unit/mem_cache/test_swa_island_decode_islands.py")
+       "registered/unit/mem_cache/test_swa_island_decode_islands.py",
+       "registered/unit/mem_cache/test_swa_admission_reserve_hook.py")
 
 # (name, file under the sglang package, exact text, replacement)
 MUTANTS = (
@@ -68,6 +70,17 @@ MUTANTS = (
      'return "lazy" if eviction == "window" else "auto"', 'return "auto"'),
     ("a given reclaim is ignored", CACHE,
      "reclaim = params.swa_islands_reclaim or default_reclaim(", "reclaim = default_reclaim("),
+    ("admission spends the queued windows", POLICY,
+     "self.memory_budget.swa_offset += self.tree_cache.swa_admission_reserve(",
+     "self.memory_budget.swa_offset += 0 * self.tree_cache.swa_admission_reserve("),
+    ("the queued reserve is not capped by what is held", FORMULAS,
+     "min(queued_hits * window_lock_tokens(window_left, page_size), held)",
+     "queued_hits * window_lock_tokens(window_left, page_size)"),
+    ("the reserve holds while nothing runs", CACHE,
+     "if component is None or self.disable or running_batch.is_empty():",
+     "if component is None or self.disable:"),
+    ("the reserve counts locked and tombstoned hits", COMP,
+     "if data.value is not None and data.lock_ref == 0:", "if True:"),
     ("auto eviction ignores the pool", FORMULAS,
      'return "lru" if lazy_fits else "window"', 'return "lru"'),
     ("the cache resolves auto as if every pool fitted", CACHE,

@@ -14,6 +14,7 @@ from sglang.srt.mem_cache.swa_island_formulas import (
     hold_unified_decode,
     lazy_reclaim_fits,
     default_reclaim,
+    queued_hit_reserve,
     reclaim_watermark,
     resolve_eviction,
     swa_tombstone_frontier,
@@ -169,6 +170,14 @@ def test_lazy_reclaim_fits_one_page_rounded_chunk_per_running_request(pool, runn
                                                      (127, 16, 128), (31, 64, 64)])
 def test_a_match_lock_takes_the_window_rounded_up_to_pages(window_left, page, want):
     assert window_lock_tokens(window_left, page) == want
+
+
+@pytest.mark.parametrize("hits, window_left, page, held, want", [
+    (3, 32, 1, 900, 96), (40, 32, 1, 900, 900), (2, 127, 16, 10_000, 256), (0, 32, 1, 900, 0),
+    (5, 32, 1, 0, 0), (5, 32, 1, -3, 0)])
+def test_the_queued_hit_reserve_is_a_window_per_hit_at_most_what_is_held(hits, window_left, page,
+                                                                         held, want):
+    assert queued_hit_reserve(hits, window_left, page, held) == want
 
 
 def test_unified_decode_hold_is_a_page_rounded_window_lock_plus_the_decode_tail():

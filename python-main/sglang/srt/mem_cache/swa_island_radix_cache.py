@@ -80,6 +80,7 @@ from sglang.srt.mem_cache.swa_island_formulas import (
     queued_hit_reserve,
     reclaim_watermark,
     resolve_eviction,
+    window_lock_tokens,
 )
 from sglang.srt.mem_cache.swa_island_guard import check_swa_island_pool
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
@@ -222,18 +223,20 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
     def swa_admission_reserve(self, running_batch: "ScheduleBatch") -> int:
         """SWA tokens a prefill pass leaves unspent (patch ``admission: leave the SWA a tree cache
         reserves``): under the window order, while decode requests run, the windows of the queued
-        hits, at most the SWA neither free nor evictable (``queued_hit_reserve``). Admission counts
-        queued hits' windows as evictable; spending them admits a request now and costs a waiting
-        one its hit, while the running requests would have returned SWA by finishing. With no
-        request running it reserves nothing, so admission always makes progress. O(1)."""
+        hits whose window is still evictable (end node live and SWA-unlocked), at most the SWA
+        neither free nor evictable (``queued_hit_reserve``). Admission counts those windows as
+        evictable; spending them admits a request now and costs a waiting one its hit, while the
+        running requests would have returned SWA by finishing. With no request running it
+        reserves nothing, so admission always makes progress. Once per prefill pass; visits the
+        queued hits until the reserve reaches the cap (``spendable_queued_hits``)."""
         component = self._swa_island_component
         if component is None or self.disable or running_batch.is_empty():
             return 0
         allocator = self.token_to_kv_pool_allocator
         held = allocator.size_swa - allocator.swa_available_size() - self.swa_evictable_size()
-        component.queued.hits.reap()
-        return queued_hit_reserve(len(component.queued.hits.nodes), self.sliding_window_size,
-                                  self.page_size, held)
+        window = window_lock_tokens(self.sliding_window_size, self.page_size)
+        hits = component.spendable_queued_hits(-(-held // window))
+        return queued_hit_reserve(hits, self.sliding_window_size, self.page_size, held)
 
     # ---- decode islands -------------------------------------------------------------------------
 

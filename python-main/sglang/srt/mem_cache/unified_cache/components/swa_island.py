@@ -286,6 +286,22 @@ class SWAIslandComponent(SWAComponent):
                 return node
         return None
 
+    def spendable_queued_hits(self, limit: int) -> int:
+        """Distinct queued hits whose window admission could still spend (the end node live and
+        SWA-unlocked), counted up to ``limit``: O(the hits visited), at most ``limit`` counted
+        plus the locked or tombstoned ones passed over."""
+        ct, count = self.component_type, 0
+        if limit <= 0:
+            return 0
+        self.queued.hits.reap()
+        for node in self.queued.hits.nodes:
+            data = node.component_data[ct]
+            if data.value is not None and data.lock_ref == 0:
+                count += 1
+                if count >= limit:
+                    break
+        return count
+
     def _pop_candidate(self, cls: int) -> Optional["UnifiedTreeNode"]:
         """The oldest candidate of ``cls`` whose class is at most ``cls``; the candidates met
         before it are refiled (``RETENTION``) or dropped (covered better, locked, gone)."""

@@ -15,7 +15,8 @@ import random
 import unittest
 from array import array
 
-from sglang.srt.managers.schedule_batch import Req
+from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+from sglang.srt.managers.schedule_policy import PrefillAdder
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 from sglang.srt.mem_cache.swa_island_formulas import COLD, QUEUED, RETENTION, WINDOW
 from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
@@ -213,6 +214,48 @@ class TestSWAIslandQueuedHits(unittest.TestCase):
             decode_step(cache, running, [token])
         # decode islands every 16 computed tokens: the last at 64 + 32
         self.assertEqual(hit_end(cache, follow_up), 96)
+        release(cache, running, "abort")
+
+    def test_admission_reserves_the_windows_of_queued_hits_while_requests_run(self):
+        # queued hits at 64, 128 and again 64: two distinct windows of 31 tokens. A running
+        # request holding 40 SWA slots of its own caps the reserve at 40; one holding 90 does not.
+        # A hit whose end node is locked is not counted
+        for own, reserve in ((40, 40), (90, 62)):
+            with self.subTest(held=own):
+                cache = self.build()
+                waiting = [waiting_req(PROMPT[:end] + [5] * 20, f"w{i}")
+                           for i, end in enumerate((64, 128, 64))]
+                for req in waiting:
+                    cache.on_request_queued(req)
+                running = make_prefilling_req(cache, list(range(900, 900 + own)), rid="running")
+                batch = ScheduleBatch(reqs=[running], batch_is_full=False)
+                self.assertEqual(cache.swa_admission_reserve(batch), reserve)
+                allocator = cache.token_to_kv_pool_allocator
+                adder = PrefillAdder(1, cache, allocator, batch, 0.5, 4096, CHUNK,
+                                     max_running_requests=4)
+                self.assertEqual(adder.memory_budget.remaining_swa,
+                                 allocator.swa_available_size() + cache.swa_evictable_size()
+                                 - reserve)
+                if own == 90:  # a hit whose end is locked has no window admission could spend
+                    node = cache.components[ComponentType.SWA].queued.hits[waiting[1]]
+                    lock = cache.inc_lock_ref(node.id)
+                    self.assertEqual(cache.swa_admission_reserve(batch), 31)
+                    cache.dec_lock_ref(node.id, lock.to_dec_params())
+                # nothing running: nothing reserved, so admission always makes progress
+                self.assertEqual(
+                    cache.swa_admission_reserve(ScheduleBatch(reqs=[], batch_is_full=False)), 0)
+                for req in waiting:  # admitted or gone: no queued hit, no reserve
+                    cache.on_release(req, checkpointed=False)
+                self.assertEqual(cache.swa_admission_reserve(batch), 0)
+                release(cache, running, "abort")
+
+    def test_lru_order_reserves_nothing(self):
+        cache = self.build(eviction="lru")
+        waiting = waiting_req(PROMPT[:64] + [5] * 20, "w")
+        cache.on_request_queued(waiting)
+        running = make_prefilling_req(cache, list(range(900, 960)), rid="running")
+        self.assertEqual(cache.swa_admission_reserve(
+            ScheduleBatch(reqs=[running], batch_is_full=False)), 0)
         release(cache, running, "abort")
 
     def test_lru_order_keeps_no_queued_hits(self):
