@@ -58,7 +58,7 @@ ANALYSES = {
     "equality_gate_main": "the 0.5.23 gate's runs: equality_gate_main_{quick,window,full_p16,control}.json",
     "mutation_report": "the cosmic-ray run of scripts/mutation.sh, with a verdict per survivor",
     "prefix_reuse_repeats": "repeated prefix_reuse runs on 0.5.15, each with its own JSON + md",
-    "prefix_reuse_repeats_main": "repeated runs on 0.5.23: prefix_reuse_repeats_main_{queued,launched}/*.json",
+    "prefix_reuse_repeats_main": "repeated runs on 0.5.23: prefix_reuse_repeats_main_{queued,launched,reserve}/*.json",
     "swa_hold_main_rollback": "the rollback read off swa_hold_main_production.json",
     "gpu/README": "the GPU sessions: what ran, their logs and the results beside them",
     "gpu/2026-12-01/README": "the H200 session of 2026-12-01",

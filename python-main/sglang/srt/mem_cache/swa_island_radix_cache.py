@@ -227,15 +227,19 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         neither free nor evictable (``queued_hit_reserve``). Admission counts those windows as
         evictable; spending them admits a request now and costs a waiting one its hit, while the
         running requests would have returned SWA by finishing. With no request running it
-        reserves nothing, so admission always makes progress. Once per prefill pass; visits the
-        queued hits until the reserve reaches the cap (``spendable_queued_hits``)."""
+        reserves nothing, so admission always makes progress. Once per prefill pass, O(cap +
+        running requests): the hits it visits (``spendable_queued_hits``) stop at the cap's worth
+        of windows plus one per running request and one for a chunked prefill (each locks one
+        node, so at most that many hits are passed over as locked; tombstoned hits passed over
+        only shrink the reserve)."""
         component = self._swa_island_component
         if component is None or self.disable or running_batch.is_empty():
             return 0
         allocator = self.token_to_kv_pool_allocator
         held = allocator.size_swa - allocator.swa_available_size() - self.swa_evictable_size()
         window = window_lock_tokens(self.sliding_window_size, self.page_size)
-        hits = component.spendable_queued_hits(-(-held // window))
+        limit = -(-held // window)
+        hits = component.spendable_queued_hits(limit, limit + running_batch.batch_size() + 1)
         return queued_hit_reserve(hits, self.sliding_window_size, self.page_size, held)
 
     # ---- decode islands -------------------------------------------------------------------------

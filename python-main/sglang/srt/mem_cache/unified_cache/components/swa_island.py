@@ -60,6 +60,7 @@ window begins in is split there first, where upstream locks it whole.
 from __future__ import annotations
 
 import heapq
+import itertools
 import weakref
 from typing import TYPE_CHECKING, Optional
 
@@ -286,15 +287,15 @@ class SWAIslandComponent(SWAComponent):
                 return node
         return None
 
-    def spendable_queued_hits(self, limit: int) -> int:
+    def spendable_queued_hits(self, limit: int, visits: int) -> int:
         """Distinct queued hits whose window admission could still spend (the end node live and
-        SWA-unlocked), counted up to ``limit``: O(the hits visited), at most ``limit`` counted
-        plus the locked or tombstoned ones passed over."""
+        SWA-unlocked), counted up to ``limit``, visiting at most ``visits`` hits (earliest
+        queued first): O(visits)."""
         ct, count = self.component_type, 0
         if limit <= 0:
             return 0
         self.queued.hits.reap()
-        for node in self.queued.hits.nodes:
+        for node in itertools.islice(self.queued.hits.nodes, visits):
             data = node.component_data[ct]
             if data.value is not None and data.lock_ref == 0:
                 count += 1

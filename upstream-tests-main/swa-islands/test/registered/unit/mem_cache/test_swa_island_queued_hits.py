@@ -241,6 +241,11 @@ class TestSWAIslandQueuedHits(unittest.TestCase):
                     lock = cache.inc_lock_ref(node.id)
                     self.assertEqual(cache.swa_admission_reserve(batch), 31)
                     cache.dec_lock_ref(node.id, lock.to_dec_params())
+                # counted up to the limit, visiting at most the hits it is allowed to
+                swa = cache.components[ComponentType.SWA]
+                self.assertEqual([swa.spendable_queued_hits(limit, visits)
+                                  for limit, visits in ((10, 10), (1, 10), (10, 1), (0, 10))],
+                                 [2, 1, 1, 0])
                 # nothing running: nothing reserved, so admission always makes progress
                 self.assertEqual(
                     cache.swa_admission_reserve(ScheduleBatch(reqs=[], batch_is_full=False)), 0)
