@@ -57,7 +57,9 @@ only the eviction order ``window`` (``auto``'s choice at a lean SWA pool) overri
   ends at as its queued hit until its first ``checkpoint`` or its release; every checkpoint then
   matches again the waiting requests whose hit lies on the committed path and whose next page
   continues along it (``swa_island_queue.QueuedHitIndex.continuing``). One match per arriving request and per
-  request a commit moves; no host sync.
+  request a commit moves; no host sync. While requests run, admission leaves their windows unspent
+  (``swa_admission_reserve``, at most the SWA the running requests hold), so a prefill pass does
+  not admit one request by evicting the window the next one will hit.
 """
 
 from __future__ import annotations
