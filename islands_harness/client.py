@@ -22,6 +22,7 @@ import json
 import re
 import threading
 import time
+import uuid
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import requests
@@ -98,6 +99,8 @@ class StreamingRequest:
     ends (`finished_at` is the monotonic time of the last chunk); `result` is the final
     `GenerateResult` (None until done, or when the request failed: `error` says why).
     `on_progress(output_ids)` (optional) runs in the stream's thread after every chunk.
+    `abort()` ends the request on the server (`/abort_request` by its rid); the stream then ends
+    without an error, its result the output streamed until then.
     """
 
     def __init__(self, base_url: str, input_ids: Sequence[int], max_new_tokens: int, *,
@@ -106,8 +109,10 @@ class StreamingRequest:
         self.base_url = base_url
         self.input_ids = list(input_ids)
         self.max_new_tokens = max_new_tokens
+        self.rid = f"{name}-{uuid.uuid4().hex}"
         self.body = generate_body(input_ids, max_new_tokens, sampling_params=sampling_params,
-                                  stream=True)
+                                  stream=True, rid=self.rid)
+        self.aborted = False
         self.timeout = timeout
         self.name = name
         self.on_progress = on_progress
@@ -156,12 +161,27 @@ class StreamingRequest:
             self.result = GenerateResult(output_ids=list(self.output_ids),
                                          meta_info=dict(self.meta_info))
         except BaseException as e:  # reported by wait()/wait_generated()
-            self.error = e
+            if self.aborted and isinstance(e, (ServerError, requests.RequestException)):
+                self.result = GenerateResult(output_ids=list(self.output_ids),
+                                             meta_info=dict(self.meta_info))
+            else:
+                self.error = e
         finally:
             self.finished_at = time.monotonic()
             with self._cv:
                 self.done.set()
                 self._cv.notify_all()
+
+    def abort(self, timeout: float = 60.0) -> None:
+        """Abort the request on the server (no-op once the stream ended)."""
+        if self.done.is_set():
+            return
+        self.aborted = True
+        r = requests.post(f"{self.base_url}/abort_request", json={"rid": self.rid},
+                          timeout=timeout)
+        if r.status_code != 200:
+            raise ServerError(f"{self.name}: /abort_request returned {r.status_code}: "
+                              f"{r.text[:500]}")
 
     def generated(self) -> int:
         with self._cv:

@@ -127,10 +127,13 @@ class FollowUp:
 
 def follow_up_while_running(srv: SglangServer, prompt: Sequence[int], *, k: int, delta: int,
                             interval: int, a_max_new: int, b_new: Sequence[int] = (),
-                            b_max_new: int = 8, timeout: float = 1200.0,
+                            b_max_new: int = 8, abort_a: bool = False, timeout: float = 1200.0,
                             log=print) -> FollowUp:
     """A streams; at `>= k*interval + delta` generated tokens send B = prompt + A's first
-    `k*interval + delta` output tokens + `b_new` while A runs. `expected_min_hit` = len(prompt) + k*interval (the islands floor)."""
+    `k*interval + delta` output tokens + `b_new` while A runs. `expected_min_hit` = len(prompt) + k*interval (the islands floor).
+    `abort_a`: A is aborted once B returned (its output is then what it streamed until then, at
+    least `k*interval + delta` tokens), so a large `a_max_new` keeps A running however far the
+    client's stream lags the server, at no cost."""
     t0 = time.monotonic()
     a = StreamingRequest(srv.base_url, prompt, a_max_new, name="A", timeout=timeout).start()
     want = k * interval + delta
@@ -144,6 +147,8 @@ def follow_up_while_running(srv: SglangServer, prompt: Sequence[int], *, k: int,
     a_running = not a.done.is_set()
     log(f"B: cached {b.cached_tokens} of {len(b_ids)}; A at {a.generated()} tokens, "
         f"{'still running' if a_running else 'finished'}")
+    if abort_a:
+        a.abort(timeout)
     ra = a.wait(timeout)
     return FollowUp(prompt_len=len(prompt), generated_at_send=want, b_prompt_len=len(b_ids),
                     b_cached_tokens=b.cached_tokens, expected_min_hit=len(prompt) + k * interval,
@@ -183,13 +188,18 @@ class Turn:
 
 def conversation(srv: SglangServer, first_prompt: Sequence[int], user_texts: Sequence[Sequence[int]],
                  *, gen: int | Sequence[int], mode: str, run_on: int = 0,
-                 timeout: float = 1200.0, log=print, name: str = "") -> list[Turn]:
+                 abort_previous: bool = False, timeout: float = 1200.0, log=print,
+                 name: str = "") -> list[Turn]:
     """1 + len(user_texts) turns; turn j+1 = turn j's prompt + turn j's output + user_texts[j].
 
     `gen` is the tokens per turn, or one count per turn.
     `after_finish`: each turn generates `gen` tokens and the next is sent when it has finished.
     `while_running`: each turn may generate `gen + run_on` tokens; the next is sent as soon as it
     has streamed `gen`, with those `gen` tokens as the previous output (the turn keeps running).
+    `abort_previous` (while_running): once the next turn's first token streamed, the previous
+    turn is aborted (`/abort_request`) instead of running on to its end, and the last turn
+    generates `gen` only; a large `run_on` then costs nothing and keeps the previous turn running
+    however far the client's stream lags the server.
     """
     if mode not in ("after_finish", "while_running"):
         raise ValueError(mode)
@@ -202,7 +212,8 @@ def conversation(srv: SglangServer, first_prompt: Sequence[int], user_texts: Seq
     for j in range(len(user_texts) + 1):
         t0 = time.monotonic()
         gen = gens[j]
-        max_new = gen if mode == "after_finish" else gen + run_on
+        last = j == len(user_texts)
+        max_new = gen if mode == "after_finish" or (abort_previous and last) else gen + run_on
         cur = StreamingRequest(srv.base_url, prompt, max_new, name=f"turn{j + 1}",
                                timeout=timeout)
         prev_running_at_send = None if prev is None else not prev[0].done.is_set()
@@ -211,6 +222,8 @@ def conversation(srv: SglangServer, first_prompt: Sequence[int], user_texts: Seq
         # decided; cached_tokens is in every stream chunk's meta_info.
         cur.wait_generated(1, timeout)
         prev_running_at_admit = None if prev is None else not prev[0].done.is_set()
+        if prev is not None and abort_previous and mode == "while_running":
+            prev[0].abort(timeout)
         cached = int(cur.meta_info.get("cached_tokens", 0) or 0)
         if mode == "after_finish" or j == len(user_texts):
             out = cur.wait(timeout).output_ids

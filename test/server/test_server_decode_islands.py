@@ -66,6 +66,11 @@ PAGE = 1
 PROMPT_LEN = 2000
 K, DELTA = 2, 8  # (a): B is sent at >= K*INTERVAL + DELTA generated tokens
 GEN = 160  # (b): tokens per turn re-sent by the next turn
+# (a) and (b) while_running: tokens A (a turn) may generate after B (the next turn) is sent; it is
+# aborted once B returned (B's first token streamed). B must be served before they run out: the
+# stream's lag plus B's round trip and prefill, which on the loaded 2-core CI machine outlasted 24
+# tokens, and with two busy cores 200. Aborted outputs are compared on their common prefix.
+RUN_ON = 1024  # the tiny model's context is 4096: turn 2 asks 2210 + 160 + 1024
 USER = 50
 TURNS = 3
 REQUEST_TIMEOUT_S = 1200
@@ -109,7 +114,8 @@ def run_arm(model, vocab_hi: int, arm: str) -> ArmRun:
         prompt = random_ids(rng, PROMPT_LEN, vocab_hi)
         fu = follow_up_while_running(
             srv, prompt, k=K, delta=DELTA, interval=INTERVAL,
-            a_max_new=K * INTERVAL + DELTA + 96, b_new=random_ids(rng, 20, vocab_hi),
+            a_max_new=K * INTERVAL + DELTA + RUN_ON, abort_a=True,
+            b_new=random_ids(rng, 20, vocab_hi),
             timeout=REQUEST_TIMEOUT_S, log=lambda m: log(f"{arm}: {m}"))
         convs = {}
         for mode, seed in (("after_finish", 1), ("while_running", 2)):
@@ -117,7 +123,8 @@ def run_arm(model, vocab_hi: int, arm: str) -> ArmRun:
             crng = random.Random(seed)
             first = random_ids(crng, PROMPT_LEN, vocab_hi)
             users = [random_ids(crng, USER, vocab_hi) for _ in range(TURNS - 1)]
-            convs[mode] = conversation(srv, first, users, gen=GEN, mode=mode, run_on=24,
+            convs[mode] = conversation(srv, first, users, gen=GEN, mode=mode, run_on=RUN_ON,
+                                       abort_previous=True,
                                        timeout=REQUEST_TIMEOUT_S,
                                        log=lambda m: log(f"{arm}: {m}"))
         work_s = time.monotonic() - t0
@@ -222,8 +229,12 @@ def _first_diff(a, b):
 
 
 def _served(r: ArmRun):
-    """name -> (kind, input prompt len, output ids)."""
-    out = {"A": ("cold", r.follow_up.prompt_len, r.follow_up.a_output_ids),
+    """name -> (kind, input prompt len, output ids). A was aborted once B returned (its length
+    depends on timing): its entry is the first K * INTERVAL + DELTA tokens, which it always
+    streamed before B was sent. Turns keep the first GEN tokens (`conversation` cuts them)."""
+    a_ids = r.follow_up.a_output_ids[:K * INTERVAL + DELTA]
+    assert len(a_ids) == K * INTERVAL + DELTA, len(r.follow_up.a_output_ids)
+    out = {"A": ("cold", r.follow_up.prompt_len, a_ids),
            "B": ("hit", r.follow_up.b_prompt_len, r.follow_up.b_output_ids)}
     for mode, ts in r.convs.items():
         for t in ts:
@@ -241,6 +252,7 @@ def _mismatches(runs, kind):
             continue
         ref = up[name][2]
         assert up[name][1] == plen, name  # identical inputs, or the comparison means nothing
+        assert ids and len(ids) == len(ref), name
         if ids != ref:
             i = _first_diff(ids, ref)
             bad[name] = {"first_diff": i, "islands": ids[i:i + 4], "upstream": ref[i:i + 4]}
