@@ -445,6 +445,22 @@ def hf_check(model: pathlib.Path, arms: dict[str, dict[str, Any]]) -> dict[str, 
     return {"reference": ref, "requests": len(outs), "differ": differ, "all_equal": not differ}
 
 
+def admitted_after_previous_finished(a: dict[str, Any]) -> list[str]:
+    """The `while_running` turns of one arm whose previous turn had already finished when they were
+    admitted (the stream lagged past `--run-on`): their hit covers the finished transcript, not
+    decode islands, so they do not measure reuse of a running output."""
+    late = []
+    for key, ph in a["phases"].items():
+        if key == "conversation_while_running":
+            late += [f"conversation turn {t['turn']}" for t in ph["turns"][1:]
+                     if not t["prev_running_at_admit"]]
+        elif key == "agents":
+            agents = len(ph["turns"])
+            late += [f"agents turn {t['turn']} ({agents - t['prev_running_at_admit']} of {agents})"
+                     for t in ph["per_turn"][1:] if t["prev_running_at_admit"] < agents]
+    return late
+
+
 def markdown(result: dict[str, Any]) -> str:
     arms = result["arms"]
     names = list(arms)
@@ -516,6 +532,10 @@ def markdown(result: dict[str, Any]) -> str:
                  f"{result['hf']['all_equal']}" + ("" if result["hf"]["all_equal"] else
                                                    f" (differ: {result['hf']['differ']})")]
                 if "hf" in result else []),
+              *(["", "Admitted after the previous turn had finished (not a running output; raise "
+                 "`--run-on`): " + "; ".join(f"{n}: {', '.join(late)}" for n, late in (
+                     (n, admitted_after_previous_finished(arms[n])) for n in names) if late)]
+                if any(admitted_after_previous_finished(arms[n]) for n in names) else []),
               "", f"Upstream baseline for comparison (same model and shape): {json.dumps(BASELINE)}",
               f"Total runtime: {result['runtime_s']} s", ""]
     return "\n".join(lines)
@@ -586,6 +606,11 @@ def main(argv: list[str] | None = None) -> int:
     for arm in arms.values():
         arm.pop("_outputs")
         arm.pop("_inputs")
+    for name, arm in arms.items():
+        late = admitted_after_previous_finished(arm)
+        if late:
+            progress(f"WARNING {name}: admitted after the previous turn had finished: "
+                     f"{', '.join(late)}; raise --run-on for a while-running measurement")
     md = markdown(result) if len(arms) else ""
     print(md)
     if a.json:

@@ -197,6 +197,8 @@ def test_committed_result_backs_the_claims_and_renders_the_committed_table():
     assert isl["peak_swa_used"] < r["arms"]["upstream"]["peak_swa_used"]
     assert r["outputs"]["all_equal"] is True
     assert r["outputs"]["arms_compared"] == ["islands", "main", "upstream_knobs"]
+    assert {n: decode_reuse.admitted_after_previous_finished(a)
+            for n, a in r["arms"].items()} == {n: [] for n in r["arms"]}
     assert decode_reuse.markdown(r) == RESULT_MD.read_text()
 
 
@@ -216,9 +218,26 @@ def test_committed_main_result_backs_issue_27s_decode_claims():
         assert isl["prefill_tokens_computed"] < a["prefill_tokens_computed"], name
         assert all(x >= y for x, y in zip(isl["cached_share_per_turn"], a["cached_share_per_turn"]))
     ref = r["arms"]["islands"]["cached_share_per_turn"]
+    # like with like: every while_running turn of every arm was admitted while its previous ran
+    assert {n: decode_reuse.admitted_after_previous_finished(a)
+            for n, a in r["arms"].items()} == {n: [] for n in r["arms"]}
     assert all(x >= y for x, y in zip(isl["cached_share_per_turn"], ref)), (
         isl["cached_share_per_turn"], ref)
     assert r["outputs"]["all_equal"] is True and r["outputs"]["reference"] == "main"
     assert r["hf"] == {"reference": "main", "requests": r["outputs"]["requests_compared"],
                        "differ": {}, "all_equal": True}  # and so every arm: transformers' greedy
     assert decode_reuse.markdown(r) == MAIN_RESULT_MD.read_text()
+
+
+def test_turns_admitted_after_the_previous_finished_are_named_in_the_table():
+    """A while_running turn whose previous turn had finished (stream lag past --run-on) measures a
+    finished transcript's hit, not a running output's: the table names it, per arm."""
+    r = json.loads(MAIN_RESULT_JSON.read_text())
+    assert "Admitted after the previous turn" not in decode_reuse.markdown(r)
+    arm = r["arms"]["islands"]
+    arm["phases"]["agents"]["per_turn"][2]["prev_running_at_admit"] -= 1
+    arm["phases"]["conversation_while_running"]["turns"][1]["prev_running_at_admit"] = False
+    late = decode_reuse.admitted_after_previous_finished(arm)
+    agents = len(arm["phases"]["agents"]["turns"])
+    assert late == ["conversation turn 2", f"agents turn 3 (1 of {agents})"]
+    assert f"islands: conversation turn 2, agents turn 3 (1 of {agents})" in decode_reuse.markdown(r)
