@@ -27,9 +27,18 @@ the real method, ``time.perf_counter``, garbage collector off, median microsecon
   scheduler's hook: stock main does nothing there, the window order matches once);
   ``commit_chunk_q64``, ``finish_q64``: 32 more probes while those 64 wait (the window order
   re-matches the waiting requests that continue along a committed path); then they leave;
+- ``request``: one request's whole cache work, 32 probes: it joins the queue
+  (``on_request_queued``), admission matches it, its chunks commit, it decodes ``DECODE`` tokens
+  (hook and main's decode SWA evictor) and finishes; the sum of those calls' times. The
+  per-request price of the island hooks that have no stock counterpart (``queue``,
+  ``decode_hook``) shows here against the cache work stock main does for the same request;
 - ``evict_64_first``: the first 16 ``evict(swa_num_tokens=64)`` calls; ``evict_64_late``: 16 calls
   once half of the tree's live SWA is gone; ``evict_64_drain``: 16 calls once 90% is gone (the
   window arm has no cold SWA left there: it takes windows).
+
+``--repeats R`` measures every (size, arm) R times, the arms in a rotated order each round, and
+reports the median of the R medians (each run's own medians stay in the JSON): one run's
+microsecond medians on a shared 2-core machine move by up to 1.8x between neighbouring cells.
 
 Usage::
 
@@ -63,7 +72,9 @@ PAIRS = (("islands_rust", "main_rust"), ("islands_window", "main_python"))
 """Each island arm against stock main on the same tree core."""
 WINDOW, PAGE, CHUNK, DECODE, GROUP, SYSTEM = 32, 1, 128, 48, 8, 128
 OPS = ("match_continue", "match_diverge", "commit_chunk", "decode_hook", "finish", "queue",
-       "commit_chunk_q64", "finish_q64", "evict_64_first", "evict_64_late", "evict_64_drain")
+       "commit_chunk_q64", "finish_q64", "request", "evict_64_first", "evict_64_late",
+       "evict_64_drain")
+PROBES = 32
 QUEUED = 64
 EVICT_CALLS = 16
 
@@ -116,13 +127,11 @@ class Driver:
         self.cache = cache
         self.rid = 0
 
-    def new_req(self, prompt):
-        from sglang.srt.managers.schedule_batch import Req
-        from sglang.srt.sampling.sampling_params import SamplingParams
-
-        self.rid += 1
-        req = Req(rid=f"r{self.rid}", origin_input_text="", origin_input_ids=array("q", prompt),
-                  sampling_params=SamplingParams(temperature=0, max_new_tokens=DECODE))
+    def new_req(self, prompt, req=None):
+        """``req`` (a waiting request, ``waiting_req``) or a new one, admitted: a pool row and KV
+        for the whole prompt."""
+        if req is None:
+            req = self.waiting_req(prompt, prefix="r")
         pool = self.cache.req_to_token_pool
         pool.alloc([req])
         req.full_untruncated_fill_ids = array("q", prompt)
@@ -142,7 +151,7 @@ class Driver:
         req.extend_end = end
         checkpoint_kv_cache(req, self.cache)
 
-    def decode(self, req, token, hook_times=None):
+    def decode(self, req, token, hook_times=None, evict_times=None):
         from sglang.srt.mem_cache.unified_cache.components import ComponentType
 
         cache, pool = self.cache, self.cache.req_to_token_pool
@@ -153,38 +162,64 @@ class Driver:
         req.kv.kv_committed_len = req.kv.kv_allocated_len = pos + 1
         interval = int(os.environ["SGLANG_SWA_EVICTION_INTERVAL"])
         if pos - cache.swa_retain_window >= req.kv.get_evicted_seqlen(ComponentType.SWA) + interval:
+            t0 = time.perf_counter()
             cache.evict_sliding_windows(req, pos)
+            if evict_times is not None:
+                evict_times.append((time.perf_counter() - t0) * 1e6)
         req.output_ids.append(token)
         t0 = time.perf_counter()
         cache.on_decode_progress(req, 1)
         if hook_times is not None:
             hook_times.append((time.perf_counter() - t0) * 1e6)
 
-    def waiting_req(self, prompt):
+    def waiting_req(self, prompt, prefix="w"):
         """A request as it joins the waiting queue: tokens only, no KV row."""
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
 
         self.rid += 1
-        return Req(rid=f"w{self.rid}", origin_input_text="", origin_input_ids=array("q", prompt),
+        return Req(rid=f"{prefix}{self.rid}", origin_input_text="",
+                   origin_input_ids=array("q", prompt),
                    sampling_params=SamplingParams(temperature=0, max_new_tokens=DECODE))
 
-    def run(self, prompt, rng, times=None, suffix=""):
-        """Prefill in chunks, decode ``DECODE`` tokens, finish; the transcript (``times``: the
-        commits, decode hooks and finish, under their op names + ``suffix``)."""
+    def serve(self, prompt, rng) -> float:
+        """One request as the scheduler drives it: queued, matched at admission, prefilled in
+        chunks, ``DECODE`` tokens decoded, finished. Returns the microseconds spent in the tree
+        cache's calls (the hooks, match, commits, decode SWA evictor, finish), not the driver's
+        own allocation and bookkeeping."""
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        req = self.waiting_req(prompt)
+        t0 = time.perf_counter()
+        self.cache.on_request_queued(req)
+        self.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", prompt))))
+        spent = (time.perf_counter() - t0) * 1e6
+        times = {"commit_chunk": [], "decode_hook": [], "decode_evict": [], "finish": []}
+        self.run(prompt, rng, times, req=req, steps=DECODE - 1)
+        return spent + sum(sum(v) for v in times.values())
+
+    def run(self, prompt, rng, times=None, suffix="", req=None, steps=None):
+        """Prefill in chunks, decode ``steps`` tokens (default ``DECODE - 1``, 8 when timed),
+        finish; the transcript (``times``: the commits, decode hooks (and, under
+        ``decode_evict``, the decode SWA evictor) and finish, under their op names + ``suffix``;
+        ``req``: a waiting request to admit)."""
         from sglang.srt.managers.schedule_batch import FINISH_LENGTH
         from sglang.srt.mem_cache.common import release_kv_cache
 
-        req = self.new_req(prompt)
+        req = self.new_req(prompt, req)
         for end in range(CHUNK, len(prompt) + CHUNK, CHUNK):
             t0 = time.perf_counter()
             self.commit(req, min(end, len(prompt)))
             if times is not None:
                 times["commit_chunk" + suffix].append((time.perf_counter() - t0) * 1e6)
         req.output_ids.append(rng.randrange(50_000, 60_000))
-        for _ in range(DECODE - 1 if times is None else 8):
+        if steps is None:
+            steps = DECODE - 1 if times is None else 8
+        for _ in range(steps):
             self.decode(req, rng.randrange(50_000, 60_000),
-                        None if times is None else times.get("decode_hook" + suffix))
+                        None if times is None else times.get("decode_hook" + suffix),
+                        None if times is None else times.get("decode_evict" + suffix))
         req.finished_reason = FINISH_LENGTH(length=len(req.output_ids))
         t0 = time.perf_counter()
         release_kv_cache(req, self.cache, checkpoint=True)
@@ -241,6 +276,10 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
                     suffix="_q64")
         waiting.clear()  # admitted elsewhere: the queue lets go of them (weak references)
         gc.collect()
+        for _ in range(PROBES):
+            t = transcripts[rng.randrange(clients)]
+            prompt = t + [rng.randrange(100_000, 900_000) for _ in range(CHUNK)]
+            times["request"].append(drv.serve(prompt, rng))
         live = cache.swa_evictable_size()
         for op, left in (("evict_64_first", live), ("evict_64_late", live // 2),
                          ("evict_64_drain", live // 10)):
@@ -260,11 +299,38 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
             "n": {op: len(v) for op, v in times.items()}}
 
 
+def by_cell(rows: list) -> dict:
+    """(arm, clients) -> that cell's runs, in round order (one run without ``--repeats``)."""
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault((r["arm"], r["clients"]), []).append(r)
+    return cells
+
+
+def cell_median(runs: list, op: str):
+    """The median over a cell's runs of their per-run medians of ``op`` (None if never timed)."""
+    vals = [r["median_us"][op] for r in runs if op in r["median_us"]]
+    return statistics.median(vals) if vals else None
+
+
+def ratio_cell(xs: list, ys: list, op: str) -> str:
+    """``x / y`` of the cells' medians; with repeats, the range of the round-by-round ratios."""
+    x, y = cell_median(xs, op), cell_median(ys, op)
+    if not x or not y:
+        return "–"
+    if len(xs) == 1:
+        return f"{x / y:.2f}"
+    per = sorted(a["median_us"][op] / b["median_us"][op] for a, b in zip(xs, ys))
+    return f"{x / y:.2f} ({per[0]:.2f}–{per[-1]:.2f})"
+
+
 def report(result: dict) -> str:
     rows = result["rows"]
     sizes = sorted({r["clients"] for r in rows})
     arms = [a for a in ARMS if any(r["arm"] == a for r in rows)]
-    by = {(r["arm"], r["clients"]): r for r in rows}
+    cells = by_cell(rows)
+    by = {k: v[0] for k, v in cells.items()}
+    repeats = max(len(v) for v in cells.values())
     L = ["# Cache cost on sglang 0.5.23: islands against stock main on the same tree core", "",
          f"Generated by `benchmarks/cache_cost_main.py` on {result['date']} (HEAD "
          f"{result['git_head']}); {result['runtime_s']:.0f} s on {result['machine']}.", "",
@@ -273,7 +339,10 @@ def report(result: dict) -> str:
          "chunk 128, ample pools; see the module docstring for the workload. Ratios: each island "
          "arm over stock main on the same core (`islands_rust / main_rust`, "
          "`islands_window / main_python`); `main_python / main_rust` is the price of the Python "
-         "core itself.", ""]
+         "core itself." + (f" Each cell is the median of {repeats} runs' medians, the arms "
+                            "measured in a rotated order each round; a ratio's brackets give the "
+                            "lowest and highest of its round-by-round ratios." if repeats > 1
+                            else ""), ""]
     L.append("| clients | tokens cached | " + " | ".join(f"`{a}` live SWA before the evictions" for a in arms) + " |")
     L.append("|---|---|" + "---|" * len(arms))
     for n in sizes:
@@ -288,11 +357,12 @@ def report(result: dict) -> str:
     L.append("|---|---|" + "---|" * (len(arms) + len(ratios) + len(extra)))
     for op in OPS:
         for n in sizes:
-            med = {a: by[(a, n)]["median_us"].get(op) for a in arms}
-            cells = [f"{med[a]:,.1f}" if med[a] is not None else "–" for a in arms]
-            rs = [f"{med[x] / med[y]:.2f}" if med[x] and med[y] else "–"
-                  for x, y in ratios + extra]
-            L.append(f"| {op} | {n} | " + " | ".join(cells + rs) + " |")
+            med = {a: cell_median(cells[(a, n)], op) for a in arms}
+            if all(v is None for v in med.values()):
+                continue  # an op the run did not time (results from before it existed)
+            txt = [f"{med[a]:,.1f}" if med[a] is not None else "–" for a in arms]
+            rs = [ratio_cell(cells[(x, n)], cells[(y, n)], op) for x, y in ratios + extra]
+            L.append(f"| {op} | {n} | " + " | ".join(txt + rs) + " |")
     L.append("")
     return "\n".join(L) + "\n"
 
@@ -309,6 +379,9 @@ def main(argv=None) -> int:
     ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
     ap.add_argument("--samples", type=int, default=200, help="match samples per size and arm")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs per size and arm, the arms rotated each round; the table gives the "
+                         "median of the runs' medians and the range of round-by-round ratios")
     ap.add_argument("--quick", action="store_true", help="clients 32,128 and 100 samples")
     ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md (default: print the table)")
     a = ap.parse_args(argv)
@@ -323,13 +396,22 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     start = time.time()
     rows = []
-    for n in (int(x) for x in a.clients.split(",")):
-        for arm in arms:
-            log(f"{arm} @ {n} clients ...")
-            rows.append(measure(arm, n, a.seed, a.samples))
-            r = rows[-1]
-            log(f"{arm} @ {n}: built in {r['build_s']} s, live SWA {r['live_swa_before_evict']:,}; "
-                + ", ".join(f"{k} {v:.0f}" for k, v in r["median_us"].items()) + " us")
+    if a.repeats < 1:
+        ap.error("--repeats must be at least 1")
+    sizes = [int(x) for x in a.clients.split(",")]
+    for i, n in enumerate(sizes):
+        for rnd in range(a.repeats):
+            for arm in arms[rnd % len(arms):] + arms[:rnd % len(arms)]:
+                log(f"[{i * a.repeats + rnd + 1}/{len(sizes) * a.repeats}] {arm} @ {n} clients"
+                    + (f", round {rnd + 1} of {a.repeats}" if a.repeats > 1 else "") + " ...")
+                r = measure(arm, n, a.seed, a.samples)
+                if a.repeats > 1:
+                    r["round"] = rnd
+                rows.append(r)
+                log(f"{arm} @ {n}: built in {r['build_s']} s, live SWA "
+                    f"{r['live_swa_before_evict']:,}; "
+                    + ", ".join(f"{k} {v:.0f}" for k, v in r["median_us"].items()) + " us")
+    rows.sort(key=lambda r: (sizes.index(r["clients"]), r.get("round", 0), arms.index(r["arm"])))
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True, cwd=_bench_path.ROOT).stdout.strip()
     result = {"command": " ".join([Path(sys.executable).relative_to(_bench_path.ROOT).as_posix()

@@ -25,7 +25,8 @@ pytestmark = pytest.mark.skipif(
 
 ARMS = ["main_rust", "main_python", "islands_rust", "islands_window"]
 OPS = {"match_continue", "match_diverge", "commit_chunk", "decode_hook", "finish", "queue",
-       "commit_chunk_q64", "finish_q64", "evict_64_first", "evict_64_late", "evict_64_drain"}
+       "commit_chunk_q64", "finish_q64", "request", "evict_64_first", "evict_64_late",
+       "evict_64_drain"}
 
 
 def test_toy_run_times_every_operation_of_every_arm(tmp_path):
@@ -39,7 +40,9 @@ def test_toy_run_times_every_operation_of_every_arm(tmp_path):
         assert set(r["median_us"]) == OPS and all(v > 0 for v in r["median_us"].values()), r
         assert r["n"]["evict_64_first"] == r["n"]["evict_64_late"] == r["n"]["evict_64_drain"] == 16
         assert r["n"]["commit_chunk"] >= 32 and r["n"]["decode_hook"] == 32 * 8
-        assert r["n"]["queue"] == 64 and r["n"]["finish_q64"] == 32
+        assert r["n"]["queue"] == 64 and r["n"]["finish_q64"] == 32 and r["n"]["request"] == 32
+        # one request's cache work holds at least its own commits' and finish's
+        assert r["median_us"]["request"] > r["median_us"]["finish"] + r["median_us"]["commit_chunk"]
     live = {r["arm"]: r["live_swa_before_evict"] for r in result["rows"]}
     # the same cache on both cores; islands keep more SWA live than main's commit-time free
     assert live["main_rust"] == live["main_python"] < live["islands_rust"] == live["islands_window"]
@@ -47,3 +50,29 @@ def test_toy_run_times_every_operation_of_every_arm(tmp_path):
     assert "| op | clients | `main_rust` | `main_python` | `islands_rust` | `islands_window` | " \
            "islands_rust / main_rust | islands_window / main_python | main_python / main_rust |" in md
     assert "| evict_64_late | 8 |" in md
+
+
+def test_repeats_rotate_the_arms_and_the_table_takes_the_median_of_the_runs(tmp_path):
+    """``--repeats 3``: every (size, arm) three times, the arms rotated each round; each cell is
+    the median of the three runs' medians and each ratio carries its round-by-round range."""
+    from cache_cost import main_target
+
+    py = swa_hold_target_main.venv_python("main_islands", str(_ROOT))
+    out = tmp_path / "cc"
+    arms = "main_python,islands_window"
+    subprocess.run([py, str(_ROOT / "benchmarks" / "cache_cost_main.py"), "--clients", "8",
+                    "--samples", "3", "--arms", arms, "--repeats", "3", "--out", str(out)],
+                   check=True, cwd=_ROOT, timeout=600)
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert [(r["arm"], r["round"]) for r in result["rows"]] == [
+        (a, k) for k in range(3) for a in arms.split(",")]
+    runs = [r for r in result["rows"] if r["arm"] == "islands_window"]
+    want = sorted(r["median_us"]["finish"] for r in runs)[1]
+    md = out.with_suffix(".md").read_text()
+    assert "the median of 3 runs' medians" in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| finish | 8 |"))
+    assert row.split(" | ")[3] == f"{want:,.1f}", row
+    per = sorted(r["median_us"]["finish"] / m["median_us"]["finish"]
+                 for r, m in zip(runs, [r for r in result["rows"] if r["arm"] == "main_python"]))
+    assert f"({per[0]:.2f}–{per[-1]:.2f})" in row
+    assert main_target.report(result) == md
