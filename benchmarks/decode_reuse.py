@@ -20,14 +20,20 @@ One run does the arms one after the other, with the same seeded workload. The ra
 
 1. `follow_up`: request A (prompt `--prompt-len`) streams; once it has generated
    >= k*128 + delta tokens, B = A's prompt + A's output so far + 20 new tokens is sent while A still
-   runs. `hit_tokens_on_running_output` = B's cached_tokens - len(prompt) (>= 0);
+   runs (A may generate `--run-on` more and is aborted once B returned; `--no-abort-previous`: it
+   runs 96 more to its end). `hit_tokens_on_running_output` = B's cached_tokens - len(prompt) (>= 0);
    `expected_min_hit_tokens` = k*128 for islands and main_islands (the decode-island floor at
    page 1) and 0 for the upstream and main arms (which cache a running request's prompt only:
    neither knob inserts during decode, and main inserts generated text at finish).
 2. `conversation_<mode>`: one conversation of `--turns` turns shaped like the measured upstream
    baseline (prompt 2000, 300 tokens per turn, 50 new user tokens): each turn re-sends the
    transcript. `after_finish`: a turn is sent when the previous one finished; `while_running`: as
-   soon as the previous turn has streamed its tokens (it keeps running `--run-on` more).
+   soon as the previous turn has streamed its tokens (it may run `--run-on` more and is aborted
+   once the next turn's first token streamed; the last turn generates its tokens only.
+   `--no-abort-previous`: every turn runs its `--run-on` more to its end). The abort keeps the
+   previous turn running however far the client's stream lags the server (255 tokens seen on a
+   loaded 2-core machine), so a while_running turn measures a running output's reuse; turns
+   admitted after their previous one finished anyway are named under the table.
 3. `agents`: `--agents` concurrent seeded agents (prompt, per-turn output and tool-result lengths
    drawn from the seed), each a `while_running` conversation of `--turns` turns: the agent sends
    its next turn (transcript + tool result) as soon as the previous turn has streamed the tokens
@@ -156,10 +162,11 @@ class Shape:
     modes: tuple[str, ...]
     seed: int
     interval: int = CHUNK // 4
+    abort_previous: bool = True
 
 
 def quick_shape(seed: int) -> Shape:
-    return Shape(prompt_len=1000, k=1, delta=8, turns=2, gen=160, user=50, run_on=16, agents=2,
+    return Shape(prompt_len=1000, k=1, delta=8, turns=2, gen=160, user=50, run_on=512, agents=2,
                  agent_prompt=(800, 1200), agent_gen=(140, 180), agent_tool=(30, 80),
                  modes=("while_running",), seed=seed)
 
@@ -168,7 +175,8 @@ def full_shape(a: argparse.Namespace) -> Shape:
     return Shape(prompt_len=a.prompt_len, k=a.k, delta=a.delta, turns=a.turns, gen=a.gen,
                  user=a.user, run_on=a.run_on, agents=a.agents,
                  agent_prompt=tuple(a.agent_prompt), agent_gen=tuple(a.agent_gen),
-                 agent_tool=tuple(a.agent_tool), modes=tuple(a.modes.split(",")), seed=a.seed)
+                 agent_tool=tuple(a.agent_tool), modes=tuple(a.modes.split(",")), seed=a.seed,
+                 abort_previous=a.abort_previous)
 
 
 # ---- one phase ---------------------------------------------------------------------------------
@@ -232,11 +240,14 @@ def follow_up_phase(srv: SglangServer, swa_pool: int, shape: Shape, vocab_hi: in
     rng = random.Random(shape.seed)
     with Phase(srv, swa_pool, "follow_up") as ph:
         prompt = random_ids(rng, shape.prompt_len, vocab_hi)
+        want = shape.k * shape.interval + shape.delta
         fu = follow_up_while_running(
             srv, prompt, k=shape.k, delta=shape.delta, interval=shape.interval,
-            a_max_new=shape.k * shape.interval + shape.delta + 96,
-            b_new=random_ids(rng, 20, vocab_hi), log=log)
-    outputs["follow_up/A"], outputs["follow_up/B"] = fu.a_output_ids, fu.b_output_ids
+            a_max_new=want + (shape.run_on if shape.abort_previous else 96),
+            abort_a=shape.abort_previous, b_new=random_ids(rng, 20, vocab_hi), log=log)
+    # an aborted A's length depends on timing: compare what every arm streamed before B was sent
+    a_ids = fu.a_output_ids[:want] if shape.abort_previous else fu.a_output_ids
+    outputs["follow_up/A"], outputs["follow_up/B"] = a_ids, fu.b_output_ids
     inputs["follow_up/A"], inputs["follow_up/B"] = list(prompt), fu.b_input_ids
     summary = {
         **ph.summary([(fu.prompt_len, 0), (fu.b_prompt_len, fu.b_cached_tokens)]),
@@ -255,8 +266,8 @@ def conversation_phase(srv: SglangServer, swa_pool: int, shape: Shape, vocab_hi:
     first = random_ids(crng, shape.prompt_len, vocab_hi)
     users = [random_ids(crng, shape.user, vocab_hi) for _ in range(shape.turns - 1)]
     with Phase(srv, swa_pool, f"conversation_{mode}") as ph:
-        turns = conversation(srv, first, users, gen=shape.gen, mode=mode,
-                             run_on=shape.run_on, log=log)
+        turns = conversation(srv, first, users, gen=shape.gen, mode=mode, run_on=shape.run_on,
+                             abort_previous=shape.abort_previous, log=log)
     for t in turns:
         outputs[f"conversation_{mode}/turn{t.turn}"] = t.output_ids
         inputs[f"conversation_{mode}/turn{t.turn}"] = t.input_ids
@@ -277,7 +288,8 @@ def agent_plans(shape: Shape, vocab_hi: int) -> list[tuple[list[int], list[int],
     return plans
 
 
-def run_agents(srv: SglangServer, plans, run_on: int, log) -> dict[int, list[Turn]]:
+def run_agents(srv: SglangServer, plans, run_on: int, log,
+               abort_previous: bool = True) -> dict[int, list[Turn]]:
     """Every agent's while_running conversation, each in its own thread."""
     results: dict[int, list[Turn]] = {}
     errors: list[BaseException] = []
@@ -286,7 +298,8 @@ def run_agents(srv: SglangServer, plans, run_on: int, log) -> dict[int, list[Tur
         first, gens, tools = plans[i]
         try:
             results[i] = conversation(srv, first, tools, gen=gens, mode="while_running",
-                                      run_on=run_on, log=log, name=f" agent{i}")
+                                      run_on=run_on, abort_previous=abort_previous, log=log,
+                                      name=f" agent{i}")
         except BaseException as e:  # re-raised below
             errors.append(e)
 
@@ -325,7 +338,7 @@ def agents_phase(srv: SglangServer, swa_pool: int, shape: Shape, vocab_hi: int,
     """Phase 3: concurrent seeded agents, each sending its next turn while the last one runs."""
     plans = agent_plans(shape, vocab_hi)
     with Phase(srv, swa_pool, "agents") as ph:
-        results = run_agents(srv, plans, shape.run_on, log)
+        results = run_agents(srv, plans, shape.run_on, log, shape.abort_previous)
     for i, ts in results.items():
         for t in ts:
             outputs[f"agents/agent{i}/turn{t.turn}"] = t.output_ids
@@ -559,8 +572,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--turns", type=int, default=3, help="turns per conversation / agent")
     ap.add_argument("--gen", type=int, default=300, help="(b): tokens per turn")
     ap.add_argument("--user", type=int, default=50, help="(b): new user tokens per turn")
-    ap.add_argument("--run-on", type=int, default=32,
-                    help="while_running: tokens a turn keeps generating after it was re-sent")
+    ap.add_argument("--run-on", type=int, default=512,
+                    help="while_running: tokens a turn may generate after it was re-sent (and A "
+                         "after B was sent); it is aborted once the next request was served")
+    ap.add_argument("--no-abort-previous", dest="abort_previous", action="store_false",
+                    help="let A and every while_running turn run their --run-on more tokens to "
+                         "the end instead (A: 96), as runs before 2026-12-05 did")
     ap.add_argument("--modes", default="after_finish,while_running",
                     help="(b) conversation modes, comma separated")
     ap.add_argument("--agents", type=int, default=4, help="concurrent agents")
