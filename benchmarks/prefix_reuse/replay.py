@@ -208,9 +208,13 @@ def run_one(arm: str, shape: Shape, swa_pool: int, cls: str, script: Any, evicti
         sched = _scheduler(arm, shape, swa_pool, None if main is None else main["args"])
         rows = run_class(sched, cls, script, latency)
     exp = expected_shared_per_request(in_script_order(rows), shape.page)
+    ordered = sorted(rows, key=lambda r: tuple(r["order"]))
     return {"cached_tokens": sum(r["cached_tokens"] for r in rows), "expected_shared_tokens": sum(exp),
             "prompt_tokens": sum(len(r["input_ids"]) for r in rows), "requests": len(rows),
-            "retractions": sched.retractions}
+            "retractions": sched.retractions,
+            "rows": [{"order": r["order"], "prompt_tokens": len(r["input_ids"]),
+                      "cached_tokens": r["cached_tokens"], "expected_shared_tokens": e}
+                     for r, e in zip(ordered, exp)]}
 
 
 Cell = Tuple[int, str, str, str]  # (seed, pool, arm, class)

@@ -30,6 +30,7 @@ import argparse
 import dataclasses
 import json
 import os
+import pathlib
 import shlex
 import subprocess
 import sys
@@ -138,6 +139,10 @@ def parse_args(argv=None):
                     help="scheduler steps between a client's finished group and its next group "
                          "joining the queue, as the server's HTTP round trip delays it (default 0)")
     add_output_args(ap, OUTPUT_FILES)
+    ap.add_argument("--rows", metavar="PATH", default=None,
+                    help="also write every cell's requests, in script order (order, prompt tokens, "
+                         "cached, expected shared tokens), as JSON keyed 'seed/pool/arm/class': "
+                         "which request of a class lost its hit, to diff two arms by")
     a = ap.parse_args(argv)
     a.seed_list = _seeds(a.seeds)
     a.arm_list = comma_choice(a.arms or ",".join(TARGET_ARMS[a.target]), ALL_ARMS, "arms", ap)
@@ -244,6 +249,7 @@ def main(argv=None) -> int:
                 arms.setdefault(arm, {}).setdefault(pool, {})[cls] = {
                     "cached_tokens": [], "expected_shared_tokens": [], "retractions": [],
                     "prompt_tokens": [], "requests": []}
+    rows: Dict[str, List[Dict[str, Any]]] = {}
     n, total = 0, len(a.seed_list) * len(a.arm_list) * len(a.pool_list) * len(a.class_list)
     for arm in a.arm_list:
         cells = [(seed, pool, arm, cls) for seed in a.seed_list for pool in a.pool_list
@@ -252,6 +258,7 @@ def main(argv=None) -> int:
             rec = arms[arm][pool][cls]
             for k in rec:
                 rec[k].append(r[k])
+            rows[f"{seed}/{pool}/{arm}/{cls}"] = r["rows"]
             n += 1
             print(f"[prefix_reuse_sim {n}/{total}] seed {seed} {pool} {arm} {cls}: cached "
                   f"{r['cached_tokens']:,} of {r['expected_shared_tokens']:,} expected, "
@@ -269,5 +276,7 @@ def main(argv=None) -> int:
     run_dir = ROOT / ".work" / "prefix_reuse_sim" / time.strftime("%Y%m%d-%H%M%S")
     written = write_files(output_paths(a, output_files(a.target), run_dir),
                           {"json": write_json(result), "md": write_text(to_markdown(result))})
+    if a.rows:
+        written += write_files({"rows": pathlib.Path(a.rows)}, {"rows": write_json(rows)})
     print(f"[prefix_reuse_sim] wrote {', '.join(written)}", file=sys.stderr)
     return 0

@@ -177,3 +177,26 @@ def test_a_client_s_next_group_joins_the_queue_latency_steps_after_its_last_fini
     assert submitted[second] - finished[first] == latency
     assert rows[1]["input_ids"] == rows[0]["input_ids"] + rows[0]["output_ids"] + turns[1]["user"]
     assert rows[1]["cached_tokens"] == len(rows[0]["input_ids"]) + 3  # all but turn 1's last token
+
+
+def test_rows_name_every_request_of_every_cell_with_its_hit(tmp_path):
+    """``--rows``: per cell, each request in script order with its prompt, cached and expected
+    tokens; they sum to the cell's totals in the JSON."""
+    rows_path, out = tmp_path / "rows.json", tmp_path / "out"
+    assert sim.main(["--arms", "islands,upstream", "--pools", "0.10-eq", "--classes", "fanout",
+                     "--seeds", "0", "--preset", "quick", "--out", str(out),
+                     "--rows", str(rows_path)]) == 0
+    result = json.loads((out / "prefix_reuse_sim.json").read_text())
+    rows = json.loads(rows_path.read_text())
+    assert set(rows) == {"0/0.10-eq/islands/fanout", "0/0.10-eq/upstream/fanout"}
+    for key, rs in rows.items():
+        _, pool, arm, cls = key.split("/")
+        cell = result["arms"][arm][pool][cls]
+        assert [tuple(r["order"]) for r in rs] == sorted(tuple(r["order"]) for r in rs)
+        assert sum(r["cached_tokens"] for r in rs) == cell["cached_tokens"][0]
+        assert sum(r["expected_shared_tokens"] for r in rs) == cell["expected_shared_tokens"][0]
+        assert len(rs) == cell["requests"][0]
+        assert all(0 <= r["cached_tokens"] < r["prompt_tokens"] for r in rs)
+    # the two arms replay the same script: the same requests, in the same order
+    a, b = rows.values()
+    assert [(r["order"], r["prompt_tokens"]) for r in a] == [(r["order"], r["prompt_tokens"]) for r in b]
