@@ -267,3 +267,77 @@ def test_code_version_reads_the_island_module_of_the_environment_a_server_boots(
 
         want = _hashlib.sha256((purelib / ISLAND_MODULE).read_bytes()).hexdigest()[:16]
         assert digest == want != here["installed_swa_island_radix_cache_sha256_16"], there
+
+
+class _StreamServer:
+    """A local HTTP server speaking `/generate`'s SSE stream: one token every 20 ms up to 500,
+    ending early with an error chunk once `/abort_request` names its rid (as sglang's stream of
+    an aborted request may), or at once with an error chunk when `fail_after` tokens were sent."""
+
+    def __init__(self, fail_after=None):
+        import http.server
+        import threading
+
+        aborted, seen = threading.Event(), {}
+        self.aborted, self.seen = aborted, seen
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/abort_request":
+                    seen["abort_rid"] = body["rid"]
+                    aborted.set()
+                    self.send_response(200)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                seen["generate_rid"] = body["rid"]
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                out = []
+                for i in range(500):
+                    if aborted.is_set() or (fail_after is not None and i == fail_after):
+                        self.wfile.write(b'data: {"error": {"message": "aborted"}}\n\n')
+                        return
+                    out.append(i)
+                    chunk = {"output_ids": out, "meta_info": {"completion_tokens": len(out)}}
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                    self.wfile.flush()
+                    aborted.wait(0.02)
+                self.wfile.write(b"data: [DONE]\n\n")
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_an_aborted_stream_ends_without_an_error_and_keeps_what_it_streamed():
+    from islands_harness.client import ServerError, StreamingRequest
+
+    srv = _StreamServer()
+    try:
+        s = StreamingRequest(srv.url, [1, 2, 3], 500, name="turn2").start()
+        got = s.wait_generated(5, timeout=30)
+        s.abort()
+        res = s.wait(timeout=30)
+        assert srv.seen["abort_rid"] == srv.seen["generate_rid"] == s.rid
+        assert s.rid.startswith("turn2-") and s.error is None
+        assert res.output_ids[:len(got)] == got and len(res.output_ids) < 500
+        s.abort()  # once the stream ended: nothing sent, nothing raised
+    finally:
+        srv.close()
+    failing = _StreamServer(fail_after=3)
+    try:  # the same error chunk without an abort is an error
+        s = StreamingRequest(failing.url, [1], 500).start()
+        with pytest.raises(ServerError, match="aborted"):
+            s.wait(timeout=30)
+    finally:
+        failing.close()
