@@ -77,6 +77,11 @@ OPS = ("match_continue", "match_diverge", "commit_chunk", "decode_hook", "finish
 PROBES = 32
 QUEUED = 64
 EVICT_CALLS = 16
+WORK_OPS = ("match_continue", "match_diverge", "evict_64_first", "evict_64_late", "evict_64_drain")
+"""The operations whose work varies with the tree: the tokens a match returns, the SWA tokens an
+eviction call frees (a 64-token request frees whole nodes, so at least 64). Their rows also carry
+the tokens over all timed calls (``work_tokens``) and the time per token (``us_per_token``: the
+calls' summed microseconds over their summed tokens)."""
 
 
 def log(msg: str) -> None:
@@ -246,19 +251,23 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
     transcripts = [drv.run(p, rng) for p in prompts]
     build_s = time.perf_counter() - t0
     times = {op: [] for op in OPS}
+    work = {op: [] for op in WORK_OPS}  # tokens each timed call matched or freed
+    swa_free = cache.token_to_kv_pool_allocator.swa_available_size
     gc.disable()
     try:
         for _ in range(samples):
             t = transcripts[rng.randrange(clients)]
             key = RadixKey(array("q", t + [7]))
             t0 = time.perf_counter()
-            cache.match_prefix(MatchPrefixParams(key=key))
+            hit = cache.match_prefix(MatchPrefixParams(key=key))
             times["match_continue"].append((time.perf_counter() - t0) * 1e6)
+            work["match_continue"].append(hit.device_prefix_len)
             p = prompts[rng.randrange(clients)]
             key = RadixKey(array("q", p[: rng.randrange(SYSTEM, len(p))] + [7]))
             t0 = time.perf_counter()
-            cache.match_prefix(MatchPrefixParams(key=key))
+            hit = cache.match_prefix(MatchPrefixParams(key=key))
             times["match_diverge"].append((time.perf_counter() - t0) * 1e6)
+            work["match_diverge"].append(hit.device_prefix_len)
         for _ in range(32):
             t = transcripts[rng.randrange(clients)]
             drv.run(t + [rng.randrange(100_000, 900_000) for _ in range(CHUNK)], rng, times)
@@ -286,9 +295,11 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
             while cache.swa_evictable_size() > left:  # drain to the phase, untimed
                 cache.evict(EvictParams(num_tokens=0, swa_num_tokens=64))
             for _ in range(EVICT_CALLS):
+                free = swa_free()
                 t0 = time.perf_counter()
                 cache.evict(EvictParams(num_tokens=0, swa_num_tokens=64))
                 times[op].append((time.perf_counter() - t0) * 1e6)
+                work[op].append(swa_free() - free)
     finally:
         gc.enable()
     return {"arm": arm, "clients": clients, "build_s": round(build_s, 2),
@@ -296,7 +307,10 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
             "median_us": {op: round(statistics.median(v), 2) for op, v in times.items() if v},
             "p90_us": {op: round(sorted(v)[int(0.9 * (len(v) - 1))], 2)
                        for op, v in times.items() if v},
-            "n": {op: len(v) for op, v in times.items()}}
+            "n": {op: len(v) for op, v in times.items()},
+            "work_tokens": {op: sum(v) for op, v in work.items()},
+            "us_per_token": {op: round(sum(times[op]) / sum(v), 4)
+                             for op, v in work.items() if sum(v)}}
 
 
 def by_cell(rows: list) -> dict:
@@ -307,21 +321,49 @@ def by_cell(rows: list) -> dict:
     return cells
 
 
-def cell_median(runs: list, op: str):
-    """The median over a cell's runs of their per-run medians of ``op`` (None if never timed)."""
-    vals = [r["median_us"][op] for r in runs if op in r["median_us"]]
+def cell_median(runs: list, op: str, field: str = "median_us"):
+    """The median over a cell's runs of their per-run ``field`` of ``op`` (default: the medians;
+    None if never timed)."""
+    vals = [r[field][op] for r in runs if op in r.get(field, {})]
     return statistics.median(vals) if vals else None
 
 
-def ratio_cell(xs: list, ys: list, op: str) -> str:
-    """``x / y`` of the cells' medians; with repeats, the range of the round-by-round ratios."""
-    x, y = cell_median(xs, op), cell_median(ys, op)
+def ratio_cell(xs: list, ys: list, op: str, field: str = "median_us") -> str:
+    """``x / y`` of the cells' medians of ``field``; with repeats, the range of the round-by-round
+    ratios."""
+    x, y = cell_median(xs, op, field), cell_median(ys, op, field)
     if not x or not y:
         return "–"
     if len(xs) == 1:
         return f"{x / y:.2f}"
-    per = sorted(a["median_us"][op] / b["median_us"][op] for a, b in zip(xs, ys))
+    per = sorted(a[field][op] / b[field][op] for a, b in zip(xs, ys))
     return f"{x / y:.2f} ({per[0]:.2f}–{per[-1]:.2f})"
+
+
+def work_table(cells: dict, sizes: list, arms: list, ratios: list) -> list:
+    """The per-token table (runs that recorded ``work_tokens``): the tokens per call each arm's
+    calls matched or freed, and each island arm's time per token over stock main's."""
+    if not all("work_tokens" in r for runs in cells.values() for r in runs):
+        return []
+    L = ["Per token of work (the operations whose work depends on the tree): a match returns a "
+         "longer prefix where islands keep the SWA behind it live, and a 64-token eviction frees "
+         "whole nodes, so the calls of two arms do different amounts of work. Tokens per call: "
+         "the mean over the timed calls (median over the runs); ratios: time per token (the "
+         "calls' summed microseconds over their summed tokens), island arm over stock main on "
+         "the same core.", "",
+         "| op | clients | " + " | ".join(f"`{a}` tokens per call" for a in arms) + " | "
+         + " | ".join(f"{x} / {y} per token" for x, y in ratios) + " |",
+         "|---|---|" + "---|" * (len(arms) + len(ratios))]
+    for op in WORK_OPS:
+        for n in sizes:
+            per_call = []
+            for a in arms:
+                runs = cells[(a, n)]
+                per_call.append(statistics.median(r["work_tokens"][op] / r["n"][op] for r in runs))
+            rs = [ratio_cell(cells[(x, n)], cells[(y, n)], op, "us_per_token") for x, y in ratios]
+            L.append(f"| {op} | {n} | " + " | ".join(f"{v:,.1f}" for v in per_call) + " | "
+                     + " | ".join(rs) + " |")
+    return L + [""]
 
 
 def report(result: dict) -> str:
@@ -364,6 +406,7 @@ def report(result: dict) -> str:
             rs = [ratio_cell(cells[(x, n)], cells[(y, n)], op) for x, y in ratios + extra]
             L.append(f"| {op} | {n} | " + " | ".join(txt + rs) + " |")
     L.append("")
+    L += work_table(cells, sizes, arms, ratios)
     return "\n".join(L) + "\n"
 
 

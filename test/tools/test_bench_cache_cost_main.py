@@ -43,13 +43,36 @@ def test_toy_run_times_every_operation_of_every_arm(tmp_path):
         assert r["n"]["queue"] == 64 and r["n"]["finish_q64"] == 32 and r["n"]["request"] == 32
         # one request's cache work holds at least its own commits' and finish's
         assert r["median_us"]["request"] > r["median_us"]["finish"] + r["median_us"]["commit_chunk"]
+        # the work of the calls whose work depends on the tree: what matches returned and what
+        # 64-token evictions freed (whole nodes: at least one token per call), and its price
+        work = r["work_tokens"]
+        assert set(work) == {"match_continue", "match_diverge", "evict_64_first",
+                             "evict_64_late", "evict_64_drain"}, r
+        assert work["match_continue"] > 0 and work["evict_64_first"] >= 16, r
+        assert set(r["us_per_token"]) == set(work) and all(
+            v > 0 for v in r["us_per_token"].values()), r
     live = {r["arm"]: r["live_swa_before_evict"] for r in result["rows"]}
+    rows = {r["arm"]: r for r in result["rows"]}
+    # a diverging match returns at least as much with islands as on stock main (islands keep the
+    # SWA behind a mid-node point live), and the same tree gives both cores the same hits
+    assert rows["main_rust"]["work_tokens"]["match_diverge"] == \
+        rows["main_python"]["work_tokens"]["match_diverge"]
+    assert rows["islands_rust"]["work_tokens"]["match_diverge"] >= \
+        rows["main_rust"]["work_tokens"]["match_diverge"]
     # the same cache on both cores; islands keep more SWA live than main's commit-time free
     assert live["main_rust"] == live["main_python"] < live["islands_rust"] == live["islands_window"]
     md = out.with_suffix(".md").read_text()
     assert "| op | clients | `main_rust` | `main_python` | `islands_rust` | `islands_window` | " \
            "islands_rust / main_rust | islands_window / main_python | main_python / main_rust |" in md
     assert "| evict_64_late | 8 |" in md
+    assert "| op | clients | `main_rust` tokens per call | `main_python` tokens per call | " \
+           "`islands_rust` tokens per call | `islands_window` tokens per call | " \
+           "islands_rust / main_rust per token | islands_window / main_python per token |" in md
+    mine = rows["islands_window"]["us_per_token"]["evict_64_first"]
+    theirs = rows["main_python"]["us_per_token"]["evict_64_first"]
+    row = next(ln for ln in md.splitlines() if ln.startswith("| evict_64_first | 8 |")
+               and "tokens per call" not in ln and ln.count("|") == 9)
+    assert row.split(" | ")[-1].rstrip(" |") == f"{mine / theirs:.2f}", row
 
 
 def test_repeats_rotate_the_arms_and_the_table_takes_the_median_of_the_runs(tmp_path):
