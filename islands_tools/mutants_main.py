@@ -1,7 +1,8 @@
-"""Targeted mutants of the 0.5.23 island code (window order, queued hits, the scheduler hook, the
-default reclaim, the decode islands' committed length, the admission reserve of queued windows):
-each one is written into ``.venv-main-islands``' installed copy, the upstream-layout unit tests
-that cover it run, and the copy is restored (also on failure or Ctrl-C). A mutant the tests do not
+"""Targeted mutants of the 0.5.23 island code (window order and its candidate index, queued hits,
+the scheduler hook, the default reclaim, the decode islands' committed length, the admission
+reserve of queued windows): each one is written into ``.venv-main-islands``' installed copy, the
+upstream-layout unit tests that cover it run, and the copy is restored (also on failure or
+Ctrl-C). A mutant the tests do not
 kill is a hole in them. Complements ``scripts/mutation.sh`` (cosmic-ray over the 0.5.15 modules).
 
     .venv-main-islands/bin/python -m islands_tools.mutants_main            run every mutant
@@ -81,6 +82,20 @@ MUTANTS = (
      "if component is None or self.disable:"),
     ("the reserve counts locked and tombstoned hits", COMP,
      "if data.value is not None and data.lock_ref == 0:", "if True:"),
+    ("a match end's window stays among the candidates", COMP,
+     "            if category >= WINDOW:\n                cold.unfile(cur.id)",
+     "            if False:\n                cold.unfile(cur.id)"),
+    ("an insert end's window leaves the candidates", COMP,
+     "            elif cur.id in cold:\n                cold.unfile(cur.id)\n                self._file(RETENTION, cur)",
+     "            elif cur.id in cold:\n                cold.unfile(cur.id)"),
+    ("a window is settled past its span", COMP,
+     "            if cur is root or above >= self.window_span:", "            if cur is root:"),
+    ("a cold tombstone files the window above it", COMP,
+     "keeps_classes = EvictLayer.DEVICE in target and self.eviction_class(node) == COLD",
+     "keeps_classes = False"),
+    ("a retention tombstone files nothing above it", COMP,
+     "keeps_classes = EvictLayer.DEVICE in target and self.eviction_class(node) == COLD",
+     "keeps_classes = EvictLayer.DEVICE in target and self.eviction_class(node) <= RETENTION"),
     ("auto eviction ignores the pool", FORMULAS,
      'return "lru" if lazy_fits else "window"', 'return "lru"'),
     ("the cache resolves auto as if every pool fitted", CACHE,

@@ -102,14 +102,16 @@ class CandidateLRUList(UnifiedLRUList):
 
 class Candidates:
     """The candidates of one class: the filed nodes, least recently touched first. One filing per
-    node (a node filed again at a newer touch moves); a heap of (touch, node id, weak reference)
-    entries in which an entry that is not its node's filing any more is stale, skipped when
-    popped and dropped when stale entries outnumber the filings (O(log n) per filing, amortized).
+    node (a node filed again at a newer touch moves; ``unfile`` takes a filing back); a heap of
+    (touch, filing number, node id, weak reference) entries in which an entry that is not its
+    node's filing any more is stale, skipped when popped and dropped when stale entries
+    outnumber the filings (O(log n) per filing, amortized).
     """
 
     def __init__(self):
-        self.filed: dict = {}  # node id -> (touch, weak reference)
+        self.filed: dict = {}  # node id -> (touch, filing number, weak reference)
         self.heap: list = []
+        self._filings = itertools.count()
 
     def __contains__(self, node_id) -> bool:
         return node_id in self.filed
@@ -117,19 +119,30 @@ class Candidates:
     def file(self, node, touch: int) -> None:
         if self.filed.get(node.id, (None,))[0] == touch:
             return
-        ref = weakref.ref(node)
-        self.filed[node.id] = (touch, ref)
-        heapq.heappush(self.heap, (touch, node.id, ref))
+        ref, number = weakref.ref(node), next(self._filings)
+        self.filed[node.id] = (touch, number, ref)
+        heapq.heappush(self.heap, (touch, number, node.id, ref))
+        self._drop_stale()
+
+    def unfile(self, node_id) -> None:
+        """Take ``node_id``'s filing back, if it has one (its heap entry goes stale)."""
+        if self.filed.pop(node_id, None) is not None:
+            self._drop_stale()
+
+    def _live(self, number: int, node_id) -> bool:
+        return self.filed.get(node_id, (None, None))[1] == number
+
+    def _drop_stale(self) -> None:
         if len(self.heap) > 2 * len(self.filed) + 64:
-            self.heap = [(t, node_id, r) for node_id, (t, r) in self.filed.items()]
+            self.heap = [(t, n, node_id, r) for node_id, (t, n, r) in self.filed.items()]
             heapq.heapify(self.heap)
 
     def pop(self):
         """The least recently touched filed node (None if it is gone), unfiled; raises
         ``IndexError`` when nothing is filed."""
         while True:
-            touch, node_id, ref = heapq.heappop(self.heap)
-            if self.filed.get(node_id, (None,))[0] == touch:
+            _, number, node_id, ref = heapq.heappop(self.heap)
+            if self._live(number, node_id):
                 del self.filed[node_id]
                 return ref()
 
@@ -138,7 +151,7 @@ class Candidates:
 
     def check(self) -> None:
         """One heap entry per filing; stale entries bounded (tests)."""
-        live = sum(1 for t, node_id, _ in self.heap if self.filed.get(node_id, (None,))[0] == t)
+        live = sum(1 for _, n, node_id, _ in self.heap if self._live(n, node_id))
         assert live == len(self.filed), f"{live} heap entries for {len(self.filed)} filed nodes"
         assert len(self.heap) <= 2 * len(self.filed) + 64, f"{len(self.heap)} heap entries"
 
@@ -188,6 +201,12 @@ class SWAIslandComponent(SWAComponent):
         node.component_data[self.component_type].metadata[TOUCH_KEY] = touch
         self._file(COLD, node)
 
+    def _is_window_end(self, node) -> bool:
+        """Whether ``node`` is a ``WINDOW`` end itself (a leaf, a junction, a node a match ended
+        at), so that its class is at least ``WINDOW`` without a walk. O(1)."""
+        return (len(node.children) != 1 or node.component_data[self.component_type]
+                .metadata.get(MATCH_END_KEY, COLD) >= WINDOW)
+
     def _file(self, cls: int, node) -> None:
         """File ``node`` as a candidate of ``cls`` at its touch."""
         self._candidates[cls].file(node, self._touch_of(node))
@@ -204,6 +223,31 @@ class SWAIslandComponent(SWAComponent):
         category = WINDOW if phase is LRURefreshPhase.MATCH_END else RETENTION
         if metadata.get(MATCH_END_KEY, COLD) < category:
             metadata[MATCH_END_KEY] = category
+        self._settle_window(node, WINDOW if self._is_window_end(node) else RETENTION)
+
+    def _settle_window(self, end, category: int) -> None:
+        """Refile the live nodes in the window of the match end ``end`` (``end`` and its
+        single-child ancestors less than ``w`` tokens above its end, as :meth:`eviction_class`
+        walks), whose class is at least ``category`` now: a ``WINDOW`` end takes them out of the
+        candidates (no pass before the windows' needs them), a ``RETENTION`` end moves their
+        ``COLD`` filings to ``RETENTION``. Paid by the match or insert that stamped ``end``, at
+        most ``w / p`` node steps, where upstream's refresh walked the same nodes; without it the
+        next eviction pops each of them and classifies it."""
+        ct, root = self.component_type, self.tree_core.root_node
+        lru, cold, retention = (self.tree_core.lru_lists[ct], self._candidates[COLD],
+                                self._candidates[RETENTION])
+        cur, above = end, 0  # above: tokens from cur's end down to end's end
+        while cur.component_data[ct].value is not None and lru.in_list(cur):
+            if category >= WINDOW:
+                cold.unfile(cur.id)
+                retention.unfile(cur.id)
+            elif cur.id in cold:
+                cold.unfile(cur.id)
+                self._file(RETENTION, cur)
+            above += len(cur.key)
+            cur = cur.parent
+            if cur is root or above >= self.window_span:
+                return
 
     def eviction_class(self, node: "UnifiedTreeNode") -> int:
         """The class of the live node ``node``: the highest category of the match ends whose
@@ -349,8 +393,11 @@ class SWAIslandComponent(SWAComponent):
 
     def evict_component(self, node, device_frees, host_frees, cache_actions,
                         target=EvictLayer.DEVICE):
+        # Tombstoning a COLD node changes no other node's class: every end whose window could run
+        # through it is at least ``w`` tokens below it (a leaf, deleted with its SWA, is WINDOW).
+        keeps_classes = EvictLayer.DEVICE in target and self.eviction_class(node) == COLD
         out = super().evict_component(node, device_frees, host_frees, cache_actions, target=target)
-        if EvictLayer.DEVICE in target:
+        if EvictLayer.DEVICE in target and not keeps_classes:
             self._file_above(node)
         return out
 

@@ -136,6 +136,40 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         self.evict_swa(cache, COLD_TOKENS)  # the heap order still gives the cold SWA first
         self.assertEqual([hit_at(cache, end) for end in (64, 128, 192)], [64, 128, 192])
 
+    def test_an_end_files_its_window_by_its_class_and_a_cold_tombstone_files_nothing(self):
+        """The index where an end is stamped: a match end's window leaves the candidates (its
+        class is WINDOW until something lowers it, which files it again), an insert end's window
+        moves from COLD to RETENTION, a node no window covers stays COLD; tombstoning a COLD
+        node files nothing above it (no window ran through it)."""
+        cache = self.build()
+        swa = cache.components[ComponentType.SWA]
+        cold, retention = swa._candidates[COLD], swa._candidates[RETENTION]
+        spans = dict(self.nodes(cache))
+
+        def filed(span):
+            return [c for c, cs in ((COLD, cold), (RETENTION, retention)) if spans[span].id in cs]
+
+        self.assertEqual([filed(span) for span in ((0, 33), (33, 64), (97, 128))],
+                         [[COLD], [COLD], [COLD]])
+        self.assertEqual(hit_at(cache, 64), 64)  # a match ends at the first chunk end
+        self.assertEqual(filed((33, 64)), [])
+        self.assertEqual(filed((0, 33)), [COLD])  # 33 tokens above 64: outside its window
+        again = make_prefilling_req(cache, PROMPT[:128], rid="again")
+        commit_chunk(cache, again, 128)  # an insert ends at the second chunk end, inside the tree
+        self.assertEqual(filed((97, 128)), [RETENTION])
+        self.assertEqual(filed((64, 97)), [COLD])
+        swa.check_candidates()
+        release(cache, again, "abort")
+        swa.check_candidates()
+        # the cold SWA goes: tombstoning [64,97) leaves the window above it ([33,64), the match
+        # end's) out of the candidates
+        self.evict_swa(cache, COLD_TOKENS)
+        self.assertEqual([spans[span].component_data[ComponentType.SWA].value is None
+                          for span in ((0, 33), (64, 97), (128, 161))], [True, True, True])
+        self.assertEqual(filed((33, 64)), [])
+        self.assertEqual(hit_at(cache, 64), 64)
+        swa.check_candidates()
+
     def test_a_match_end_outlasts_the_retention_windows(self):
         cache = self.build()
         self.assertEqual(hit_at(cache, 64), 64)  # a request matched up to the first chunk end
