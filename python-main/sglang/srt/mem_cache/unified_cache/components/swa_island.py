@@ -28,24 +28,30 @@ the node object on the suffix (``redistribute_on_node_split``), so a stamp stays
 marks. A live node ``x`` is in the window of a match end ``e`` below it when the path from
 ``x`` down to ``e`` is live SWA, single-child, and ``e.end - x.end < w``; its class is the highest
 category of such ``e`` (``COLD`` when none). Tombstoning a cold node never changes another node's
-class: every end whose window it could cut is ``>= w`` tokens below it.
+class: every end whose window it could cut is ``>= w`` tokens below it. A node the window of an
+end of a higher class begins inside (a long node with a match end at its end) has a cold *head*:
+a pass that meets it splits it where the window begins (``_cold_head``, page-aligned) and takes
+the head, so only the window stays.
 
 Index (what keeps an eviction O(its own work)): the live nodes a pass may take wait as
 *candidates*, per class, least recently used first (:data:`COLD`: every node the SWA LRU list
 adds, an insert or a move to its most recently used end, ``CandidateLRUList``; :data:`RETENTION`:
-those a ``COLD`` pass met and found covered only by retention points). Recency is a *touch*
+those a ``COLD`` pass met and found covered only by retention points, and those in the window of
+an insert end when it is stamped; a match end's stamp takes the nodes wholly inside its window
+out of the candidates, ``_settle_window``). Recency is a *touch*
 (:data:`TOUCH_KEY`), a counter the list stamps on every node it adds at its most recently used end;
 a node it adds beside another (upstream's split places the new prefix node next to its suffix)
 takes that node's touch. So candidates go in the SWA list's own order, whichever step filed
 them. A pass pops its candidates oldest first and computes each one's class (at most ``w / p``
-node steps): one of its class is the victim, a retention node moves to the ``RETENTION``
-candidates, a better covered or locked one is dropped. A touch files its node as ``COLD`` and a
+node steps): one of its class is the victim, else its cold head if it has one; a retention node
+moves to the ``RETENTION`` candidates, a better covered or locked one is dropped. A touch files its node as ``COLD`` and a
 pass empties the ``COLD`` candidates before it pops a ``RETENTION`` one, so a node touched since
 its ``RETENTION`` filing is refiled at its new touch before that filing comes up. Invariant:
 every live, unlocked node of class ``COLD`` is a ``COLD`` candidate, and every one of class
 ``RETENTION`` a candidate of either class. What can lower a node's class
-or free it files it again: a device eviction or deletion of a node files the live nodes up to
-``w`` above it (their cover may have run through it, ``_file_above``), so does a new leaf (its
+or free it files it again: a device eviction or deletion of a node that is not ``COLD`` files
+the live nodes up to ``w`` above it (their cover may have run through it, ``_file_above``), so
+does a new leaf (its
 parent may have been a leaf), and an SWA lock release files the nodes it unlocked
 (``_file_unlocked``). Each filing is popped at most once (``Candidates``: a heap per class), so
 a pass costs what the inserts, moves, unlocks and evictions since the last one filed, times
@@ -230,14 +236,18 @@ class SWAIslandComponent(SWAComponent):
         single-child ancestors less than ``w`` tokens above its end, as :meth:`eviction_class`
         walks), whose class is at least ``category`` now: a ``WINDOW`` end takes them out of the
         candidates (no pass before the windows' needs them), a ``RETENTION`` end moves their
-        ``COLD`` filings to ``RETENTION``. Paid by the match or insert that stamped ``end``, at
+        ``COLD`` filings to ``RETENTION``. The node the window begins inside keeps its filing:
+        its head is cold (:meth:`_cold_head`). Paid by the match or insert that stamped ``end``, at
         most ``w / p`` node steps, where upstream's refresh walked the same nodes; without it the
         next eviction pops each of them and classifies it."""
         ct, root = self.component_type, self.tree_core.root_node
         lru, cold, retention = (self.tree_core.lru_lists[ct], self._candidates[COLD],
                                 self._candidates[RETENTION])
+        page = self.tree_core.page_size
         cur, above = end, 0  # above: tokens from cur's end down to end's end
         while cur.component_data[ct].value is not None and lru.in_list(cur):
+            if len(cur.key) > -(-(self.window_span - above) // page) * page:
+                return  # it straddles the window's start: its head is cold, it stays filed
             if category >= WINDOW:
                 cold.unfile(cur.id)
                 retention.unfile(cur.id)
@@ -359,9 +369,50 @@ class SWAIslandComponent(SWAComponent):
             node_class = self.eviction_class(node)
             if node_class <= cls:
                 return node
+            head = self._cold_head(node, cls)
             if node_class == RETENTION:
                 self._file(RETENTION, node)
+            if head is not None:
+                return head
         return None
+
+    def covered_tail(self, node, cls: int) -> int:
+        """Tokens at the end of the live node ``node`` that the windows of the match ends of a
+        category above ``cls`` need (0 when none covers it, at most all of it): ``w`` less the
+        distance from ``node``'s end down to the nearest such end. At most ``w / p`` node steps,
+        as :meth:`eviction_class` walks."""
+        ct, queued = self.component_type, self.queued.hits.nodes
+        cur, below = node, 0  # below: tokens from node's end down to cur's end
+        while True:
+            children = cur.children
+            if cur in queued:
+                category = QUEUED
+            elif len(children) != 1:  # a leaf or a junction
+                category = WINDOW
+            else:
+                category = cur.component_data[ct].metadata.get(MATCH_END_KEY, COLD)
+            if category > cls:
+                return min(len(node.key), self.window_span - below)
+            if len(children) != 1:
+                return 0
+            (child,) = children.values()
+            below += len(child.key)
+            if child.component_data[ct].value is None or below >= self.window_span:
+                return 0
+            cur = child
+
+    def _cold_head(self, node, cls: int) -> Optional["UnifiedTreeNode"]:
+        """The head of the live node ``node`` that no window of an end above ``cls`` needs,
+        split off as a node of its own (``node`` keeps the tail, its stamps and filings), or None
+        if no whole page of ``node`` is outside those windows. The head's class is at most
+        ``cls``: the nearest such end is at least ``w`` tokens below its end."""
+        page = self.tree_core.page_size
+        tail = -(-self.covered_tail(node, cls) // page) * page
+        if tail >= len(node.key):
+            return None
+        head, action = self.tree_core._split_node(node.key, node, len(node.key) - tail)
+        assert action is None, "islands run without a host tier"
+        return head
 
     # ---- one-window locks -------------------------------------------------------------------------
 

@@ -170,6 +170,18 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         self.assertEqual(hit_at(cache, 64), 64)
         swa.check_candidates()
 
+    def test_a_window_that_starts_inside_a_node_leaves_its_head_to_the_cold_swa(self):
+        """A match end whose window begins inside a live node: the COLD pass splits the node
+        there and takes the head (no window needs it), the window stays whole."""
+        cache = self.build()
+        self.assertEqual(hit_at(cache, 97), 97)  # a match ends at 97: its window is [66,97)
+        self.evict_swa(cache, 68)  # the cold SWA: [0,33), [128,161) and the head [64,66)
+        live = [span for span, node in self.nodes(cache)
+                if node.component_data[ComponentType.SWA].value is not None]
+        self.assertEqual(live, [(33, 64), (66, 97), (97, 128), (161, 192)])
+        self.assertEqual([hit_at(cache, end) for end in (64, 97, 128, 192)], [64, 97, 128, 192])
+        cache.components[ComponentType.SWA].check_candidates()
+
     def test_a_match_end_outlasts_the_retention_windows(self):
         cache = self.build()
         self.assertEqual(hit_at(cache, 64), 64)  # a request matched up to the first chunk end
