@@ -88,8 +88,6 @@ MUTANTS = (
     ("an insert end's window leaves the candidates", COMP,
      "            elif cur.id in cold:\n                cold.unfile(cur.id)\n                self._file(RETENTION, cur)",
      "            elif cur.id in cold:\n                cold.unfile(cur.id)"),
-    ("a window is settled past its span", COMP,
-     "            if cur is root or above >= self.window_span:", "            if cur is root:"),
     ("a cold tombstone files the window above it", COMP,
      "keeps_classes = EvictLayer.DEVICE in target and self.eviction_class(node) == COLD",
      "keeps_classes = False"),

@@ -247,7 +247,7 @@ class SWAIslandComponent(SWAComponent):
         cur, above = end, 0  # above: tokens from cur's end down to end's end
         while cur.component_data[ct].value is not None and lru.in_list(cur):
             if len(cur.key) > -(-(self.window_span - above) // page) * page:
-                return  # it straddles the window's start: its head is cold, it stays filed
+                return  # it reaches above the window's start (its head is cold): it stays filed
             if category >= WINDOW:
                 cold.unfile(cur.id)
                 retention.unfile(cur.id)
@@ -256,7 +256,7 @@ class SWAIslandComponent(SWAComponent):
                 self._file(RETENTION, cur)
             above += len(cur.key)
             cur = cur.parent
-            if cur is root or above >= self.window_span:
+            if cur is root:
                 return
 
     def eviction_class(self, node: "UnifiedTreeNode") -> int:
