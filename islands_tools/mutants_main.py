@@ -99,6 +99,8 @@ MUTANTS = (
     ("a window's first node leaves the candidates with its cold head", COMP,
      "            if len(cur.key) > -(-(self.window_span - above) // page) * page:",
      "            if False:"),
+    ("a head shorter than a window is split off", COMP,
+     "        return length - tail >= self.window_span", "        return length - tail >= 1"),
     ("the head is measured from the farthest end", COMP,
      "                return min(len(node.key), self.window_span - below)",
      "                return len(node.key)"),

@@ -246,8 +246,9 @@ class SWAIslandComponent(SWAComponent):
         page = self.tree_core.page_size
         cur, above = end, 0  # above: tokens from cur's end down to end's end
         while cur.component_data[ct].value is not None and lru.in_list(cur):
-            if len(cur.key) > -(-(self.window_span - above) // page) * page:
-                return  # it reaches above the window's start (its head is cold): it stays filed
+            need = -(-(self.window_span - above) // page) * page
+            if need <= 0 or self._has_cold_head(len(cur.key), need):
+                return  # above the window, or a cold head above its start: it stays filed
             if category >= WINDOW:
                 cold.unfile(cur.id)
                 retention.unfile(cur.id)
@@ -404,15 +405,22 @@ class SWAIslandComponent(SWAComponent):
     def _cold_head(self, node, cls: int) -> Optional["UnifiedTreeNode"]:
         """The head of the live node ``node`` that no window of an end above ``cls`` needs,
         split off as a node of its own (``node`` keeps the tail, its stamps and filings), or None
-        if no whole page of ``node`` is outside those windows. The head's class is at most
-        ``cls``: the nearest such end is at least ``w`` tokens below its end."""
+        if that head is shorter than a window (:meth:`_has_cold_head`). The head's class is at
+        most ``cls``: the nearest such end is at least ``w`` tokens below its end."""
         page = self.tree_core.page_size
         tail = -(-self.covered_tail(node, cls) // page) * page
-        if tail >= len(node.key):
+        if not self._has_cold_head(len(node.key), tail):
             return None
         head, action = self.tree_core._split_node(node.key, node, len(node.key) - tail)
         assert action is None, "islands run without a host tier"
         return head
+
+    def _has_cold_head(self, length: int, tail: int) -> bool:
+        """Whether a live node of ``length`` tokens whose last ``tail`` a window needs has a head
+        worth a split: at least one window. A shorter head stays with its window (a split would
+        free less than a window); upstream caps a new leaf at one window, so most nodes a
+        window begins inside are a few pages longer than it."""
+        return length - tail >= self.window_span
 
     # ---- one-window locks -------------------------------------------------------------------------
 

@@ -170,16 +170,35 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         self.assertEqual(hit_at(cache, 64), 64)
         swa.check_candidates()
 
-    def test_a_window_that_starts_inside_a_node_leaves_its_head_to_the_cold_swa(self):
-        """A match end whose window begins inside a live node: the COLD pass splits the node
-        there and takes the head (no window needs it), the window stays whole."""
+    def test_a_window_that_starts_inside_a_long_node_leaves_its_head_to_the_cold_swa(self):
+        """A match end whose window begins inside a live node at least a window longer than the
+        window's part of it: the COLD pass splits the node there and takes the head (no window
+        needs it), the window stays whole. A shorter head stays with its window."""
         cache = self.build()
-        self.assertEqual(hit_at(cache, 97), 97)  # a match ends at 97: its window is [66,97)
-        self.evict_swa(cache, 68)  # the cold SWA: [0,33), [128,161) and the head [64,66)
-        live = [span for span, node in self.nodes(cache)
-                if node.component_data[ComponentType.SWA].value is not None]
-        self.assertEqual(live, [(33, 64), (66, 97), (97, 128), (161, 192)])
+        other = list(range(1000, 1128))
+        req = make_prefilling_req(cache, other, rid="long")
+        commit_chunk(cache, req, 128)  # one 128-token insert: [0,97) and the leaf [97,128)
+        release(cache, req, "abort")
+        self.assertEqual(match_prefix(cache, other[:97] + [7]).device_prefix_len, 97)
+        self.assertEqual(hit_at(cache, 97), 97)  # PROMPT's [64,97): a 2-token head, kept
+        # the cold SWA: PROMPT's [0,33) [128,161), the long node's head [0,66)
+        self.evict_swa(cache, 66 + 66)
+        node, spans = cache.tree_core.root_node, []
+        while node.children:
+            node = next((c for c in node.children.values()
+                         if c.key.token_ids[0] == other[sum(n for _, n in spans)]), None)
+            if node is None:
+                break
+            spans.append((node.component_data[ComponentType.SWA].value is not None,
+                          len(node.key)))
+        self.assertEqual(spans, [(False, 66), (True, 31), (True, 31)])
+        self.assertIn((64, 97), dict(self.nodes(cache)))  # not split for 2 tokens
+        self.assertEqual(match_prefix(cache, other[:97] + [7]).device_prefix_len, 97)
         self.assertEqual([hit_at(cache, end) for end in (64, 97, 128, 192)], [64, 97, 128, 192])
+        cache.components[ComponentType.SWA].check_candidates()
+        # past the cold SWA a retention window goes, not the 2-token head (no split for it)
+        self.evict_swa(cache, 1)
+        self.assertIn((64, 97), dict(self.nodes(cache)))
         cache.components[ComponentType.SWA].check_candidates()
 
     def test_a_match_end_outlasts_the_retention_windows(self):
