@@ -38,21 +38,20 @@ Index (what keeps an eviction O(its own work)): the live nodes a pass may take w
 adds, an insert or a move to its most recently used end, ``CandidateLRUList``; :data:`RETENTION`:
 those a ``COLD`` pass met and found covered only by retention points, and those in the window of
 an insert end when it is stamped; a match end's stamp takes the nodes wholly inside its window
-out of the candidates, ``_settle_window``). Recency is a *touch*
-(:data:`TOUCH_KEY`), a counter the list stamps on every node it adds at its most recently used end;
-a node it adds beside another (upstream's split places the new prefix node next to its suffix)
-takes that node's touch. So candidates go in the SWA list's own order, whichever step filed
-them. A pass pops its candidates oldest first and computes each one's class (at most ``w / p``
-node steps): one of its class is the victim, else its cold head if it has one; a retention node
-moves to the ``RETENTION`` candidates, a better covered or locked one is dropped. A touch files its node as ``COLD`` and a
-pass empties the ``COLD`` candidates before it pops a ``RETENTION`` one, so a node touched since
-its ``RETENTION`` filing is refiled at its new touch before that filing comes up. Invariant:
-every live, unlocked node of class ``COLD`` is a ``COLD`` candidate, and every one of class
-``RETENTION`` a candidate of either class. What can lower a node's class
-or free it files it again: a device eviction or deletion of a node that is not ``COLD`` files
-the live nodes up to ``w`` above it (their cover may have run through it, ``_file_above``), so
-does a new leaf (its
-parent may have been a leaf), and an SWA lock release files the nodes it unlocked
+out of the candidates, ``_settle_window``). Recency is a *touch* (:data:`TOUCH_KEY`), a counter
+the list stamps on every node it adds at its most recently used end; a node it adds beside
+another (upstream's split places the new prefix node next to its suffix) takes that node's
+touch. So candidates go in the SWA list's own order, whichever step filed them. A pass pops its
+candidates oldest first and computes each one's class (at most ``w / p`` node steps): one of its
+class is the victim, else its cold head if it has one; a retention node moves to the
+``RETENTION`` candidates, a better covered or locked one is dropped. A touch files its node as
+``COLD`` and a pass empties the ``COLD`` candidates before it pops a ``RETENTION`` one, so a node
+touched since its ``RETENTION`` filing is refiled at its new touch before that filing comes up.
+Invariant: every live, unlocked node of class ``COLD`` is a ``COLD`` candidate, and every one of
+class ``RETENTION`` a candidate of either class. What can lower a node's class or free it files
+it again: a device eviction or deletion of a node that is not ``COLD`` files the live nodes up
+to ``w`` above it (their cover may have run through it, ``_file_above``), so does a new leaf
+(its parent may have been a leaf), and an SWA lock release files the nodes it unlocked
 (``_file_unlocked``). Each filing is popped at most once (``Candidates``: a heap per class), so
 a pass costs what the inserts, moves, unlocks and evictions since the last one filed, times
 ``log`` of the candidates. Sessions (``enable_session_radix_cache``) keep upstream's
