@@ -262,22 +262,35 @@ class SWAIslandComponent(SWAComponent):
     def eviction_class(self, node: "UnifiedTreeNode") -> int:
         """The class of the live node ``node``: the highest category of the match ends whose
         windows cover it, ``COLD`` when none does. At most ``w / p`` node steps."""
-        ct, queued = self.component_type, self.queued.hits.nodes
-        cls, cur, below = COLD, node, 0  # below: tokens from node's end down to cur's end
+        return self._cover(node, QUEUED)[0]
+
+    def _cover(self, node: "UnifiedTreeNode", cls: int) -> tuple:
+        """``(eviction class, covered tail)`` of the live node ``node``, in one walk down its
+        window (at most ``w / p`` node steps): the class as :meth:`eviction_class` gives it, and
+        the tokens at the end of ``node`` that the windows of the match ends of a category above
+        ``cls`` need: ``w`` less the distance from ``node``'s end down to the nearest such end,
+        at most all of ``node``, 0 when none covers it."""
+        ct, queued, span = self.component_type, self.queued.hits.nodes, self.window_span
+        node_class, tail, cur, below = COLD, 0, node, 0  # below: node's end to cur's end
         while True:
-            if cur in queued:
-                return QUEUED
             children = cur.children
-            if len(children) != 1:  # a leaf or a junction
-                return WINDOW
-            category = cur.component_data[ct].metadata.get(MATCH_END_KEY, COLD)
+            if cur in queued:
+                category = QUEUED
+            elif len(children) != 1:  # a leaf or a junction
+                category = WINDOW
+            else:
+                category = cur.component_data[ct].metadata.get(MATCH_END_KEY, COLD)
+            if category > cls and not tail:  # the nearest end above cls: below < w, so tail > 0
+                tail = min(len(node.key), span - below)
+            node_class = max(node_class, category)
+            if category == QUEUED or len(children) != 1:
+                return node_class, tail
             if category >= WINDOW and not queued:  # nothing below can be a queued hit
-                return WINDOW
-            cls = max(cls, category)
+                return node_class, tail
             (child,) = children.values()
             below += len(child.key)
-            if child.component_data[ct].value is None or below >= self.window_span:
-                return cls
+            if child.component_data[ct].value is None or below >= span:
+                return node_class, tail
             cur = child
 
     # ---- device eviction ------------------------------------------------------------------------
@@ -366,48 +379,24 @@ class SWAIslandComponent(SWAComponent):
             node = candidates.pop()
             if node is None or not lru.in_list(node) or node.component_data[ct].lock_ref > 0:
                 continue  # gone, or locked: an unlock files it again
-            node_class = self.eviction_class(node)
+            node_class, tail = self._cover(node, cls)
             if node_class <= cls:
                 return node
-            head = self._cold_head(node, cls)
+            head = self._cold_head(node, tail)
             if node_class == RETENTION:
                 self._file(RETENTION, node)
             if head is not None:
                 return head
         return None
 
-    def covered_tail(self, node, cls: int) -> int:
-        """Tokens at the end of the live node ``node`` that the windows of the match ends of a
-        category above ``cls`` need (0 when none covers it, at most all of it): ``w`` less the
-        distance from ``node``'s end down to the nearest such end. At most ``w / p`` node steps,
-        as :meth:`eviction_class` walks."""
-        ct, queued = self.component_type, self.queued.hits.nodes
-        cur, below = node, 0  # below: tokens from node's end down to cur's end
-        while True:
-            children = cur.children
-            if cur in queued:
-                category = QUEUED
-            elif len(children) != 1:  # a leaf or a junction
-                category = WINDOW
-            else:
-                category = cur.component_data[ct].metadata.get(MATCH_END_KEY, COLD)
-            if category > cls:
-                return min(len(node.key), self.window_span - below)
-            if len(children) != 1:
-                return 0
-            (child,) = children.values()
-            below += len(child.key)
-            if child.component_data[ct].value is None or below >= self.window_span:
-                return 0
-            cur = child
-
-    def _cold_head(self, node, cls: int) -> Optional["UnifiedTreeNode"]:
-        """The head of the live node ``node`` that no window of an end above ``cls`` needs,
-        split off as a node of its own (``node`` keeps the tail, its stamps and filings), or None
-        if that head is shorter than a window (:meth:`_has_cold_head`). The head's class is at
-        most ``cls``: the nearest such end is at least ``w`` tokens below its end."""
+    def _cold_head(self, node, tail: int) -> Optional["UnifiedTreeNode"]:
+        """The head of the live node ``node`` before its last ``tail`` tokens (a window of an end
+        above the pass's class needs them, :meth:`_cover`; page-rounded up here), split off as a
+        node of its own (``node`` keeps the tail, its stamps and filings), or None if that head is
+        shorter than a window (:meth:`_has_cold_head`). The head's class is at most the pass's:
+        the nearest end above it is at least ``w`` tokens below the head's end."""
         page = self.tree_core.page_size
-        tail = -(-self.covered_tail(node, cls) // page) * page
+        tail = -(-tail // page) * page
         if not self._has_cold_head(len(node.key), tail):
             return None
         head, action = self.tree_core._split_node(node.key, node, len(node.key) - tail)
