@@ -34,7 +34,8 @@ the real method, ``time.perf_counter``, garbage collector off, median microsecon
   ``decode_hook``) shows here against the cache work stock main does for the same request;
 - ``evict_64_first``: the first 16 ``evict(swa_num_tokens=64)`` calls; ``evict_64_late``: 16 calls
   once half of the tree's live SWA is gone; ``evict_64_drain``: 16 calls once 90% is gone (the
-  window arm has no cold SWA left there: it takes windows).
+  window arm has no cold SWA left there: it takes windows). A call that takes a leaf's SWA
+  deletes the leaf with its Full KV, so the eviction rows count the tokens freed in both pools.
 
 ``--repeats R`` measures every (size, arm) R times, the arms in a rotated order each round, and
 reports the median of the R medians (each run's own medians stay in the JSON): one run's
@@ -82,6 +83,10 @@ WORK_OPS = ("match_continue", "match_diverge", "evict_64_first", "evict_64_late"
 eviction call frees (a 64-token request frees whole nodes, so at least 64). Their rows also carry
 the tokens over all timed calls (``work_tokens``) and the time per token (``us_per_token``: the
 calls' summed microseconds over their summed tokens)."""
+EVICT_OPS = ("evict_64_first", "evict_64_late", "evict_64_drain")
+"""The eviction calls, whose rows also carry the Full tokens they freed (``full_work_tokens``: a
+leaf that loses its SWA is deleted with its Full KV) and the time per token freed in both pools
+(``us_per_kv_token``)."""
 
 
 def log(msg: str) -> None:
@@ -253,6 +258,8 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
     times = {op: [] for op in OPS}
     work = {op: [] for op in WORK_OPS}  # tokens each timed call matched or freed
     swa_free = cache.token_to_kv_pool_allocator.swa_available_size
+    full_free = cache.token_to_kv_pool_allocator.full_available_size
+    full_work = {op: [] for op in EVICT_OPS}  # Full tokens each timed eviction call freed
     gc.disable()
     try:
         for _ in range(samples):
@@ -295,11 +302,12 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
             while cache.swa_evictable_size() > left:  # drain to the phase, untimed
                 cache.evict(EvictParams(num_tokens=0, swa_num_tokens=64))
             for _ in range(EVICT_CALLS):
-                free = swa_free()
+                free, full = swa_free(), full_free()
                 t0 = time.perf_counter()
                 cache.evict(EvictParams(num_tokens=0, swa_num_tokens=64))
                 times[op].append((time.perf_counter() - t0) * 1e6)
                 work[op].append(swa_free() - free)
+                full_work[op].append(full_free() - full)
     finally:
         gc.enable()
     return {"arm": arm, "clients": clients, "build_s": round(build_s, 2),
@@ -310,7 +318,10 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
             "n": {op: len(v) for op, v in times.items()},
             "work_tokens": {op: sum(v) for op, v in work.items()},
             "us_per_token": {op: round(sum(times[op]) / sum(v), 4)
-                             for op, v in work.items() if sum(v)}}
+                             for op, v in work.items() if sum(v)},
+            "full_work_tokens": {op: sum(v) for op, v in full_work.items()},
+            "us_per_kv_token": {op: round(sum(times[op]) / (sum(work[op]) + sum(v)), 4)
+                                for op, v in full_work.items() if sum(work[op]) + sum(v)}}
 
 
 def by_cell(rows: list) -> dict:
@@ -366,6 +377,34 @@ def work_table(cells: dict, sizes: list, arms: list, ratios: list) -> list:
     return L + [""]
 
 
+def kv_table(cells: dict, sizes: list, arms: list, ratios: list) -> list:
+    """The evictions per token freed in both pools (runs that recorded ``full_work_tokens``): the
+    SWA and Full tokens per call each arm freed, and each island arm's time per token freed over
+    stock main's."""
+    if not all("full_work_tokens" in r for runs in cells.values() for r in runs):
+        return []
+    L = ["Evictions per token freed in both pools: an `evict(swa_num_tokens=64)` call that takes "
+         "a leaf's SWA deletes the leaf, so it frees the leaf's Full KV as well (upstream's "
+         "`_delete_unbacked_device_leaf`). Tokens per call: SWA + Full freed, the mean over the "
+         "timed calls (median over the runs); ratios: time per token freed in either pool, "
+         "island arm over stock main on the same core.", "",
+         "| op | clients | " + " | ".join(f"`{a}` SWA + Full per call" for a in arms) + " | "
+         + " | ".join(f"{x} / {y} per token freed" for x, y in ratios) + " |",
+         "|---|---|" + "---|" * (len(arms) + len(ratios))]
+    for op in EVICT_OPS:
+        for n in sizes:
+            per_call = []
+            for a in arms:
+                runs = cells[(a, n)]
+                swa = statistics.median(r["work_tokens"][op] / r["n"][op] for r in runs)
+                full = statistics.median(r["full_work_tokens"][op] / r["n"][op] for r in runs)
+                per_call.append(f"{swa:,.1f} + {full:,.1f}")
+            rs = [ratio_cell(cells[(x, n)], cells[(y, n)], op, "us_per_kv_token")
+                  for x, y in ratios]
+            L.append(f"| {op} | {n} | " + " | ".join(per_call) + " | " + " | ".join(rs) + " |")
+    return L + [""]
+
+
 def report(result: dict) -> str:
     rows = result["rows"]
     sizes = sorted({r["clients"] for r in rows})
@@ -407,6 +446,7 @@ def report(result: dict) -> str:
             L.append(f"| {op} | {n} | " + " | ".join(txt + rs) + " |")
     L.append("")
     L += work_table(cells, sizes, arms, ratios)
+    L += kv_table(cells, sizes, arms, ratios)
     return "\n".join(L) + "\n"
 
 

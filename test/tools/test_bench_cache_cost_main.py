@@ -51,6 +51,14 @@ def test_toy_run_times_every_operation_of_every_arm(tmp_path):
         assert work["match_continue"] > 0 and work["evict_64_first"] >= 16, r
         assert set(r["us_per_token"]) == set(work) and all(
             v > 0 for v in r["us_per_token"].values()), r
+        # an eviction call's Full frees (leaves deleted with their SWA) and its price per token
+        # freed in both pools
+        full = r["full_work_tokens"]
+        assert set(full) == {"evict_64_first", "evict_64_late", "evict_64_drain"}, r
+        assert all(v >= 0 for v in full.values()), r
+        for op, us in r["us_per_kv_token"].items():
+            total_us = us * (work[op] + full[op])
+            assert total_us == pytest.approx(r["us_per_token"][op] * work[op], rel=1e-3), r
     live = {r["arm"]: r["live_swa_before_evict"] for r in result["rows"]}
     rows = {r["arm"]: r for r in result["rows"]}
     # a diverging match returns at least as much with islands as on stock main (islands keep the
@@ -73,6 +81,19 @@ def test_toy_run_times_every_operation_of_every_arm(tmp_path):
     row = next(ln for ln in md.splitlines() if ln.startswith("| evict_64_first | 8 |")
                and "tokens per call" not in ln and ln.count("|") == 9)
     assert row.split(" | ")[-1].rstrip(" |") == f"{mine / theirs:.2f}", row
+    assert "| op | clients | `main_rust` SWA + Full per call | `main_python` SWA + Full per call | " \
+           "`islands_rust` SWA + Full per call | `islands_window` SWA + Full per call | " \
+           "islands_rust / main_rust per token freed | islands_window / main_python per token " \
+           "freed |" in md
+    mine = rows["islands_window"]["us_per_kv_token"]["evict_64_drain"]
+    theirs = rows["main_python"]["us_per_kv_token"]["evict_64_drain"]
+    row = next(ln for ln in md.splitlines() if ln.startswith("| evict_64_drain | 8 |")
+               and " + " in ln)
+    assert row.split(" | ")[-1].rstrip(" |") == f"{mine / theirs:.2f}", row
+    drained = rows["islands_window"]
+    assert row.split(" | ")[5] == (
+        f"{drained['work_tokens']['evict_64_drain'] / 16:,.1f} + "
+        f"{drained['full_work_tokens']['evict_64_drain'] / 16:,.1f}"), row
 
 
 def test_repeats_rotate_the_arms_and_the_table_takes_the_median_of_the_runs(tmp_path):
