@@ -40,7 +40,7 @@ RUN = ("registered/unit/mem_cache/test_swa_island_queued_hits.py",
 # (name, file under the sglang package, exact text, replacement)
 MUTANTS = (
     ("a queued hit is not its window's class", COMP,
-     "            if cur in queued:\n                category = QUEUED\n",
+     "            if any_queued and cur in queued:\n                category = QUEUED\n",
      "            if False:\n                category = QUEUED\n"),
     ("the walk does not skip queued windows", COMP,
      "while cursor is not None and self.eviction_class(cursor) == QUEUED:", "while False:"),
@@ -49,7 +49,7 @@ MUTANTS = (
     ("a queued hit's eviction does not restart the walk", COMP,
      "self._walk_done, self._walk_cursor = False, None", "pass"),
     ("a WINDOW stamp hides a queued hit below it", COMP,
-     "if category >= WINDOW and not queued:", "if category >= WINDOW:"),
+     "if category >= WINDOW and not any_queued:", "if category >= WINDOW:"),
     ("collected waiting requests stay queued", COMP,
      "        self.queued.hits.reap()  # waiting", "        pass  # waiting"),
     ("a checkpoint moves no queued hit", CACHE,

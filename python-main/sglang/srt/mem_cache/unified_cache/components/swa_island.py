@@ -271,10 +271,11 @@ class SWAIslandComponent(SWAComponent):
         ``cls`` need: ``w`` less the distance from ``node``'s end down to the nearest such end,
         at most all of ``node``, 0 when none covers it."""
         ct, queued, span = self.component_type, self.queued.hits.nodes, self.window_span
+        any_queued = len(queued) > 0
         node_class, tail, cur, below = COLD, 0, node, 0  # below: node's end to cur's end
         while True:
             children = cur.children
-            if cur in queued:
+            if any_queued and cur in queued:
                 category = QUEUED
             elif len(children) != 1:  # a leaf or a junction
                 category = WINDOW
@@ -285,7 +286,7 @@ class SWAIslandComponent(SWAComponent):
             node_class = max(node_class, category)
             if category == QUEUED or len(children) != 1:
                 return node_class, tail
-            if category >= WINDOW and not queued:  # nothing below can be a queued hit
+            if category >= WINDOW and not any_queued:  # nothing below can be a queued hit
                 return node_class, tail
             (child,) = children.values()
             below += len(child.key)
