@@ -290,13 +290,18 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
             t = transcripts[rng.randrange(clients)]
             drv.run(t + [rng.randrange(100_000, 900_000) for _ in range(CHUNK)], rng, times,
                     suffix="_q64")
+        del req  # the loop's last waiting request: it leaves with the others
         waiting.clear()  # admitted elsewhere: the queue lets go of them (weak references)
         gc.collect()
+        component = getattr(cache, "_swa_island_component", None)  # the window order's
         for _ in range(PROBES):
             t = transcripts[rng.randrange(clients)]
             prompt = t + [rng.randrange(100_000, 900_000) for _ in range(CHUNK)]
             times["request"].append(drv.serve(prompt, rng))
         live = cache.swa_evictable_size()
+        if component is not None:
+            component.queued.hits.reap()
+        queued_at_evict = 0 if component is None else len(component.queued.hits)
         for op, left in (("evict_64_first", live), ("evict_64_late", live // 2),
                          ("evict_64_drain", live // 10)):
             while cache.swa_evictable_size() > left:  # drain to the phase, untimed
@@ -312,6 +317,7 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
         gc.enable()
     return {"arm": arm, "clients": clients, "build_s": round(build_s, 2),
             "tokens_cached": sum(len(t) for t in transcripts), "live_swa_before_evict": live,
+            "queued_at_evict": queued_at_evict,
             "median_us": {op: round(statistics.median(v), 2) for op, v in times.items() if v},
             "p90_us": {op: round(sorted(v)[int(0.9 * (len(v) - 1))], 2)
                        for op, v in times.items() if v},

@@ -41,6 +41,8 @@ def test_toy_run_times_every_operation_of_every_arm(tmp_path):
         assert r["n"]["evict_64_first"] == r["n"]["evict_64_late"] == r["n"]["evict_64_drain"] == 16
         assert r["n"]["commit_chunk"] >= 32 and r["n"]["decode_hook"] == 32 * 8
         assert r["n"]["queue"] == 64 and r["n"]["finish_q64"] == 32 and r["n"]["request"] == 32
+        # the 64 waiting requests and the probes left the queue before the evictions
+        assert r["queued_at_evict"] == 0, r
         # one request's cache work holds at least its own commits' and finish's
         assert r["median_us"]["request"] > r["median_us"]["finish"] + r["median_us"]["commit_chunk"]
         # the work of the calls whose work depends on the tree: what matches returned and what
