@@ -357,58 +357,59 @@ def ratio_cell(xs: list, ys: list, op: str, field: str = "median_us") -> str:
     return f"{x / y:.2f} ({per[0]:.2f}–{per[-1]:.2f})"
 
 
+def _per_call(runs: list, op: str, field: str) -> float:
+    """The median over a cell's runs of ``field`` (tokens over all timed calls) per call."""
+    return statistics.median(r[field][op] / r["n"][op] for r in runs)
+
+
+def _token_table(cells: dict, sizes: list, arms: list, ratios: list, *, needs: str, intro: str,
+                 column: str, per: str, ops: tuple, cell, field: str) -> list:
+    """A table per token (runs that recorded ``needs``): ``cell(runs, op)`` per arm under
+    ``column``, and each island arm's ``field`` (time per token) over stock main's."""
+    if not all(needs in r for runs in cells.values() for r in runs):
+        return []
+    L = [intro, "",
+         "| op | clients | " + " | ".join(f"`{a}` {column}" for a in arms) + " | "
+         + " | ".join(f"{x} / {y} {per}" for x, y in ratios) + " |",
+         "|---|---|" + "---|" * (len(arms) + len(ratios))]
+    for op in ops:
+        for n in sizes:
+            cols = [cell(cells[(a, n)], op) for a in arms]
+            rs = [ratio_cell(cells[(x, n)], cells[(y, n)], op, field) for x, y in ratios]
+            L.append(f"| {op} | {n} | " + " | ".join(cols) + " | " + " | ".join(rs) + " |")
+    return L + [""]
+
+
 def work_table(cells: dict, sizes: list, arms: list, ratios: list) -> list:
     """The per-token table (runs that recorded ``work_tokens``): the tokens per call each arm's
     calls matched or freed, and each island arm's time per token over stock main's."""
-    if not all("work_tokens" in r for runs in cells.values() for r in runs):
-        return []
-    L = ["Per token of work (the operations whose work depends on the tree): a match returns a "
-         "longer prefix where islands keep the SWA behind it live, and a 64-token eviction frees "
-         "whole nodes, so the calls of two arms do different amounts of work. Tokens per call: "
-         "the mean over the timed calls (median over the runs); ratios: time per token (the "
-         "calls' summed microseconds over their summed tokens), island arm over stock main on "
-         "the same core.", "",
-         "| op | clients | " + " | ".join(f"`{a}` tokens per call" for a in arms) + " | "
-         + " | ".join(f"{x} / {y} per token" for x, y in ratios) + " |",
-         "|---|---|" + "---|" * (len(arms) + len(ratios))]
-    for op in WORK_OPS:
-        for n in sizes:
-            per_call = []
-            for a in arms:
-                runs = cells[(a, n)]
-                per_call.append(statistics.median(r["work_tokens"][op] / r["n"][op] for r in runs))
-            rs = [ratio_cell(cells[(x, n)], cells[(y, n)], op, "us_per_token") for x, y in ratios]
-            L.append(f"| {op} | {n} | " + " | ".join(f"{v:,.1f}" for v in per_call) + " | "
-                     + " | ".join(rs) + " |")
-    return L + [""]
+    return _token_table(
+        cells, sizes, arms, ratios, needs="work_tokens", ops=WORK_OPS, field="us_per_token",
+        intro="Per token of work (the operations whose work depends on the tree): a match returns "
+              "a longer prefix where islands keep the SWA behind it live, and a 64-token eviction "
+              "frees whole nodes, so the calls of two arms do different amounts of work. Tokens "
+              "per call: the mean over the timed calls (median over the runs); ratios: time per "
+              "token (the calls' summed microseconds over their summed tokens), island arm over "
+              "stock main on the same core.",
+        column="tokens per call", per="per token",
+        cell=lambda runs, op: f"{_per_call(runs, op, 'work_tokens'):,.1f}")
 
 
 def kv_table(cells: dict, sizes: list, arms: list, ratios: list) -> list:
     """The evictions per token freed in both pools (runs that recorded ``full_work_tokens``): the
     SWA and Full tokens per call each arm freed, and each island arm's time per token freed over
     stock main's."""
-    if not all("full_work_tokens" in r for runs in cells.values() for r in runs):
-        return []
-    L = ["Evictions per token freed in both pools: an `evict(swa_num_tokens=64)` call that takes "
-         "a leaf's SWA deletes the leaf, so it frees the leaf's Full KV as well (upstream's "
-         "`_delete_unbacked_device_leaf`). Tokens per call: SWA + Full freed, the mean over the "
-         "timed calls (median over the runs); ratios: time per token freed in either pool, "
-         "island arm over stock main on the same core.", "",
-         "| op | clients | " + " | ".join(f"`{a}` SWA + Full per call" for a in arms) + " | "
-         + " | ".join(f"{x} / {y} per token freed" for x, y in ratios) + " |",
-         "|---|---|" + "---|" * (len(arms) + len(ratios))]
-    for op in EVICT_OPS:
-        for n in sizes:
-            per_call = []
-            for a in arms:
-                runs = cells[(a, n)]
-                swa = statistics.median(r["work_tokens"][op] / r["n"][op] for r in runs)
-                full = statistics.median(r["full_work_tokens"][op] / r["n"][op] for r in runs)
-                per_call.append(f"{swa:,.1f} + {full:,.1f}")
-            rs = [ratio_cell(cells[(x, n)], cells[(y, n)], op, "us_per_kv_token")
-                  for x, y in ratios]
-            L.append(f"| {op} | {n} | " + " | ".join(per_call) + " | " + " | ".join(rs) + " |")
-    return L + [""]
+    return _token_table(
+        cells, sizes, arms, ratios, needs="full_work_tokens", ops=EVICT_OPS,
+        field="us_per_kv_token",
+        intro="Evictions per token freed in both pools: an `evict(swa_num_tokens=64)` call that "
+              "takes a leaf's SWA deletes the leaf, so it frees the leaf's Full KV as well "
+              "(upstream's `_delete_unbacked_device_leaf`). Tokens per call: SWA + Full freed, the "
+              "mean over the timed calls (median over the runs); ratios: time per token freed in "
+              "either pool, island arm over stock main on the same core.",
+        column="SWA + Full per call", per="per token freed",
+        cell=lambda runs, op: (f"{_per_call(runs, op, 'work_tokens'):,.1f} + "
+                               f"{_per_call(runs, op, 'full_work_tokens'):,.1f}"))
 
 
 def report(result: dict) -> str:
