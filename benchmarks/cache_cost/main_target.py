@@ -32,7 +32,9 @@ the real method, ``time.perf_counter``, garbage collector off, median microsecon
   (hook and main's decode SWA evictor) and finishes; the sum of those calls' times. The
   per-request price of the island hooks that have no stock counterpart (``queue``,
   ``decode_hook``) shows here against the cache work stock main does for the same request;
-- ``evict_64_first``: the first 16 ``evict(swa_num_tokens=64)`` calls; ``evict_64_late``: 16 calls
+- ``evict_64_first``: the first 16 ``evict(swa_num_tokens=64)`` calls; ``evict_64_q64``: the next
+  16 while 64 requests that continue cached transcripts wait (queued, then they leave; the window
+  order keeps their hits' windows last and checks what its walk passes); ``evict_64_late``: 16 calls
   once half of the tree's live SWA is gone; ``evict_64_drain``: 16 calls once 90% is gone (the
   window arm has no cold SWA left there: it takes windows). A call that takes a leaf's SWA
   deletes the leaf with its Full KV, so the eviction rows count the tokens freed in both pools.
@@ -73,20 +75,20 @@ PAIRS = (("islands_rust", "main_rust"), ("islands_window", "main_python"))
 """Each island arm against stock main on the same tree core."""
 WINDOW, PAGE, CHUNK, DECODE, GROUP, SYSTEM = 32, 1, 128, 48, 8, 128
 OPS = ("match_continue", "match_diverge", "commit_chunk", "decode_hook", "finish", "queue",
-       "commit_chunk_q64", "finish_q64", "request", "evict_64_first", "evict_64_late",
-       "evict_64_drain")
+       "commit_chunk_q64", "finish_q64", "request", "evict_64_first", "evict_64_q64",
+       "evict_64_late", "evict_64_drain")
 PROBES = 32
 QUEUED = 64
 EVICT_CALLS = 16
-WORK_OPS = ("match_continue", "match_diverge", "evict_64_first", "evict_64_late", "evict_64_drain")
+EVICT_OPS = ("evict_64_first", "evict_64_q64", "evict_64_late", "evict_64_drain")
+"""The eviction calls, whose rows also carry the Full tokens they freed (``full_work_tokens``: a
+leaf that loses its SWA is deleted with its Full KV) and the time per token freed in both pools
+(``us_per_kv_token``)."""
+WORK_OPS = ("match_continue", "match_diverge") + EVICT_OPS
 """The operations whose work varies with the tree: the tokens a match returns, the SWA tokens an
 eviction call frees (a 64-token request frees whole nodes, so at least 64). Their rows also carry
 the tokens over all timed calls (``work_tokens``) and the time per token (``us_per_token``: the
 calls' summed microseconds over their summed tokens)."""
-EVICT_OPS = ("evict_64_first", "evict_64_late", "evict_64_drain")
-"""The eviction calls, whose rows also carry the Full tokens they freed (``full_work_tokens``: a
-leaf that loses its SWA is deleted with its Full KV) and the time per token freed in both pools
-(``us_per_kv_token``)."""
 
 
 def log(msg: str) -> None:
@@ -302,9 +304,17 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
         if component is not None:
             component.queued.hits.reap()
         queued_at_evict = 0 if component is None else len(component.queued.hits)
-        for op, left in (("evict_64_first", live), ("evict_64_late", live // 2),
-                         ("evict_64_drain", live // 10)):
-            while cache.swa_evictable_size() > left:  # drain to the phase, untimed
+        queued_at_q64 = 0
+        for op, left in (("evict_64_first", live), ("evict_64_q64", None),
+                         ("evict_64_late", live // 2), ("evict_64_drain", live // 10)):
+            if left is None:  # no drain: 64 requests join the queue instead
+                for _ in range(QUEUED):
+                    t = transcripts[rng.randrange(clients)]
+                    waiting.append(drv.waiting_req(
+                        t + [rng.randrange(100_000, 900_000) for _ in range(CHUNK)]))
+                    cache.on_request_queued(waiting[-1])
+                queued_at_q64 = 0 if component is None else len(component.queued.hits)
+            while left is not None and cache.swa_evictable_size() > left:  # drain, untimed
                 cache.evict(EvictParams(num_tokens=0, swa_num_tokens=64))
             for _ in range(EVICT_CALLS):
                 free, full = swa_free(), full_free()
@@ -313,11 +323,12 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
                 times[op].append((time.perf_counter() - t0) * 1e6)
                 work[op].append(swa_free() - free)
                 full_work[op].append(full_free() - full)
+            waiting.clear()  # the q64 phase's requests leave (weak references in the queue)
     finally:
         gc.enable()
     return {"arm": arm, "clients": clients, "build_s": round(build_s, 2),
             "tokens_cached": sum(len(t) for t in transcripts), "live_swa_before_evict": live,
-            "queued_at_evict": queued_at_evict,
+            "queued_at_evict": queued_at_evict, "queued_at_q64": queued_at_q64,
             "median_us": {op: round(statistics.median(v), 2) for op, v in times.items() if v},
             "p90_us": {op: round(sorted(v)[int(0.9 * (len(v) - 1))], 2)
                        for op, v in times.items() if v},

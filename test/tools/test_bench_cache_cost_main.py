@@ -25,8 +25,8 @@ pytestmark = pytest.mark.skipif(
 
 ARMS = ["main_rust", "main_python", "islands_rust", "islands_window"]
 OPS = {"match_continue", "match_diverge", "commit_chunk", "decode_hook", "finish", "queue",
-       "commit_chunk_q64", "finish_q64", "request", "evict_64_first", "evict_64_late",
-       "evict_64_drain"}
+       "commit_chunk_q64", "finish_q64", "request", "evict_64_first", "evict_64_q64",
+       "evict_64_late", "evict_64_drain"}
 
 
 def test_toy_run_times_every_operation_of_every_arm(tmp_path):
@@ -38,25 +38,28 @@ def test_toy_run_times_every_operation_of_every_arm(tmp_path):
     assert [r["arm"] for r in result["rows"]] == ARMS
     for r in result["rows"]:
         assert set(r["median_us"]) == OPS and all(v > 0 for v in r["median_us"].values()), r
-        assert r["n"]["evict_64_first"] == r["n"]["evict_64_late"] == r["n"]["evict_64_drain"] == 16
+        assert all(r["n"][op] == 16 for op in OPS if op.startswith("evict_64_")), r
         assert r["n"]["commit_chunk"] >= 32 and r["n"]["decode_hook"] == 32 * 8
         assert r["n"]["queue"] == 64 and r["n"]["finish_q64"] == 32 and r["n"]["request"] == 32
         # the 64 waiting requests and the probes left the queue before the evictions
         assert r["queued_at_evict"] == 0, r
+        # ... and 64 wait through the q64 evictions where the window order keeps queued hits
+        assert r["queued_at_q64"] == (64 if r["arm"] == "islands_window" else 0), r
         # one request's cache work holds at least its own commits' and finish's
         assert r["median_us"]["request"] > r["median_us"]["finish"] + r["median_us"]["commit_chunk"]
         # the work of the calls whose work depends on the tree: what matches returned and what
         # 64-token evictions freed (whole nodes: at least one token per call), and its price
         work = r["work_tokens"]
         assert set(work) == {"match_continue", "match_diverge", "evict_64_first",
-                             "evict_64_late", "evict_64_drain"}, r
+                             "evict_64_q64", "evict_64_late", "evict_64_drain"}, r
         assert work["match_continue"] > 0 and work["evict_64_first"] >= 16, r
         assert set(r["us_per_token"]) == set(work) and all(
             v > 0 for v in r["us_per_token"].values()), r
         # an eviction call's Full frees (leaves deleted with their SWA) and its price per token
         # freed in both pools
         full = r["full_work_tokens"]
-        assert set(full) == {"evict_64_first", "evict_64_late", "evict_64_drain"}, r
+        assert set(full) == {"evict_64_first", "evict_64_q64", "evict_64_late",
+                             "evict_64_drain"}, r
         assert all(v >= 0 for v in full.values()), r
         for op, us in r["us_per_kv_token"].items():
             total_us = us * (work[op] + full[op])
