@@ -492,7 +492,7 @@ class Soak:
         """Compare the outcomes recorded since the last call with transformers' greedy decoding
         (every finished request exactly, every aborted one as a prefix), while traffic is paused.
         Returns how many were compared."""
-        from islands_harness.hf_oracle import greedy_decode_one
+        from islands_harness.hf_oracle import greedy_decode_one, next_token_margin
 
         with self.traffic.lock:
             new = self.traffic.outcomes[self._checked_upto:]
@@ -513,9 +513,15 @@ class Soak:
             if not ok:
                 first = next((i for i, (a, b) in enumerate(zip(o.output_ids, want)) if a != b),
                              min(len(o.output_ids), len(want)))
+                # the reference's next-token margin where the outputs part: a near-tie (a margin
+                # of float noise) points at summation order, a wide one at wrong KV
+                tie = (next_token_margin(self.model_dir, list(o.ids) + want[:first])
+                       if first < min(len(o.output_ids), len(want)) else None)
                 self._check["mismatches"].append({
                     "kind": o.kind, "prompt_tokens": len(o.ids), "max_new": o.max_new,
-                    "finish": o.finish, "first_diff": first})
+                    "finish": o.finish, "first_diff": first, "reference_next": tie,
+                    "prompt_ids": list(o.ids), "output_ids": list(o.output_ids),
+                    "reference_ids": list(want)})
         return len(todo)
 
 
@@ -550,6 +556,15 @@ def to_markdown(rep: dict[str, Any], command: Optional[str] = None) -> str:
                   "`islands_harness.server.BENIGN_TRACEBACK_WARNINGS`).", ""]
     if rep["failures"]:
         lines += ["Failures:", ""] + [f"- {f}" for f in rep["failures"]] + [""]
+    if rep.get("mismatches"):
+        lines += ["| mismatch | prompt tokens | max new | finish | first difference | reference's "
+                  "next-token margin there |", "|---|---|---|---|---|---|"]
+        for m in rep["mismatches"]:
+            tie = m.get("reference_next")
+            margin = "–" if tie is None else f"{tie['margin']:.3g}"
+            lines.append(f"| {m['kind']} | {m['prompt_tokens']} | {m['max_new']} | {m['finish']} "
+                         f"| {m['first_diff']} | {margin} |")
+        lines.append("")
     lines += ["| requests | count |", "|---|---|"]
     for k, v in sorted(rep["requests"].items()):
         lines.append(f"| {k} | {v} |")

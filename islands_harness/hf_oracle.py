@@ -51,6 +51,24 @@ def greedy_decode_one(model_dir: str | os.PathLike, input_ids: Sequence[int],
     return out[0, x.shape[1]:].tolist()
 
 
+def next_token_margin(model_dir: str | os.PathLike, input_ids: Sequence[int], *,
+                      dtype: str = "float32") -> dict:
+    """The next-token logits after ``input_ids`` (one forward, batch 1): ``top`` and
+    ``runner_up`` ids, and ``margin``, the gap between their logits. A tiny margin is a near-tie
+    that a different summation order (another batch shape) can flip; a large one cannot flip."""
+    import torch
+
+    if not input_ids:
+        raise ValueError("input_ids must not be empty")
+    model = load_model(str(pathlib.Path(model_dir).resolve()), dtype)
+    x = torch.tensor([list(input_ids)], dtype=torch.long)
+    with torch.no_grad():
+        logits = model(x, attention_mask=torch.ones_like(x)).logits[0, -1].float()
+    top2 = torch.topk(logits, 2)
+    return {"top": int(top2.indices[0]), "runner_up": int(top2.indices[1]),
+            "margin": float(top2.values[0] - top2.values[1])}
+
+
 def greedy_decode(model_dir: str | os.PathLike, prompts: Sequence[Sequence[int]],
                   max_new_tokens: int | Sequence[int], *, dtype: str = "float32") -> list[list[int]]:
     """Greedy continuations for each prompt; `max_new_tokens` is one int or one per prompt."""

@@ -99,6 +99,15 @@ def test_the_checks_catch_a_wrong_output_a_wrong_status_and_a_leak():
     assert rep["known_warning_tracebacks"] == {"post-warmup freeze_gc failed": 1}
     assert rep["outputs_checked"] == 2 and rep["abort_prefixes_checked"] == 2
     assert [m["first_diff"] for m in rep["mismatches"]] == [7, 0]
+    # each mismatch carries what a diagnosis needs: the ids, and the reference's next-token
+    # margin where they part (the reference's own choice on top, ours off by one token id)
+    edit = rep["mismatches"][0]
+    assert edit["prompt_ids"] == ids and edit["output_ids"] == good[:7] + [good[7] + 1]
+    assert edit["reference_ids"] == good
+    assert edit["reference_next"]["top"] == good[7] and edit["reference_next"]["margin"] > 0
+    committed = json.loads((REPO_ROOT / "benchmarks/results/soak_quick_off.json").read_text())
+    md = soak.to_markdown({**committed, "mismatches": rep["mismatches"]}, command="soak")
+    assert f"| edit | 50 | 8 | length | 7 | {edit['reference_next']['margin']:.3g} |" in md
     text = "\n".join(rep["failures"])
     for needle in ("traceback", "2 output(s) differ", "not answered 400", "5xx",
                    "RSS grew from 100.0 to 300.0"):
