@@ -105,6 +105,7 @@ def test_the_checks_catch_a_wrong_output_a_wrong_status_and_a_leak():
     assert edit["prompt_ids"] == ids and edit["output_ids"] == good[:7] + [good[7] + 1]
     assert edit["reference_ids"] == good
     assert edit["reference_next"]["top"] == good[7] and edit["reference_next"]["margin"] > 0
+    assert rep["near_tie_count"] == 0  # a wide margin: wrong output, not a near tie
     committed = json.loads((REPO_ROOT / "benchmarks/results/soak_quick_off.json").read_text())
     md = soak.to_markdown({**committed, "mismatches": rep["mismatches"]}, command="soak")
     assert f"| edit | 50 | 8 | length | 7 | {edit['reference_next']['margin']:.3g} |" in md
@@ -155,3 +156,19 @@ def test_the_committed_30_minute_soak_renders_from_its_json():
     rep = json.loads((RESULTS / "soak_30min.json").read_text())
     assert soak.to_markdown(rep) == (RESULTS / "soak_30min.md").read_text()
     assert rep["notes"][0].startswith("Note (added by hand, same day)")
+
+
+def test_a_near_tie_flip_is_counted_apart_and_any_other_difference_is_a_mismatch():
+    """``is_near_tie``: ours takes one of the reference's two best tokens where they lie less
+    than ``NEAR_TIE_LOGITS`` apart (one the soak saw: margin 7.2e-7, ours the runner-up)."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import soak
+
+    seen = {"first_diff": 2, "output_ids": [1, 2, 491], "reference_ids": [1, 2, 309],
+            "reference_next": {"top": 309, "runner_up": 491, "margin": 7.152557373046875e-07}}
+    assert soak.is_near_tie(seen)
+    assert not soak.is_near_tie({**seen, "output_ids": [1, 2, 5]})  # neither of the two best
+    wide = {**seen["reference_next"], "margin": 10 * soak.NEAR_TIE_LOGITS}
+    assert not soak.is_near_tie({**seen, "reference_next": wide})
+    assert not soak.is_near_tie({**seen, "reference_next": None})
+    assert not soak.is_near_tie({**seen, "output_ids": [1, 2]})  # ours ended first
