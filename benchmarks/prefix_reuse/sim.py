@@ -32,6 +32,7 @@ import json
 import os
 import pathlib
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -163,8 +164,10 @@ COMPARISONS = (
 
 def summarize(result: Dict[str, Any]) -> List[Dict[str, Any]]:
     """Per comparison, pool and class: the candidate's cached tokens summed over seeds against the
-    best reference arm's sum, and in how many seeds the candidate is at least as good as every
-    reference arm."""
+    best reference arm's sum, in how many seeds the candidate is at least as good as every
+    reference arm, and the per-seed difference (candidate less the best reference arm of that
+    seed, tokens): its mean and the mean's standard error (None with one seed), the noise a sum
+    over seeds is read against."""
     out = []
     arms = result["arms"]
     for cand, ref_arms, ref_name in COMPARISONS:
@@ -177,12 +180,16 @@ def summarize(result: Dict[str, Any]) -> List[Dict[str, Any]]:
                     continue
                 best = max(refs, key=lambda n: sum(refs[n]["cached_tokens"]))
                 n_seeds = len(c["cached_tokens"])
-                wins = sum(c["cached_tokens"][i] >= max(r["cached_tokens"][i] for r in refs.values())
-                           for i in range(n_seeds))
+                diffs = [c["cached_tokens"][i] - max(r["cached_tokens"][i] for r in refs.values())
+                         for i in range(n_seeds)]
+                wins = sum(d >= 0 for d in diffs)
                 out.append({"candidate": cand, "reference": ref_name, "pool": pool, "class": cls,
                             "cached": sum(c["cached_tokens"]), "best_reference_arm": best,
                             "best_reference": sum(refs[best]["cached_tokens"]),
                             "seeds_at_least_as_good": wins, "seeds": n_seeds,
+                            "mean_seed_difference": round(statistics.fmean(diffs), 1),
+                            "seed_difference_se": (round(statistics.stdev(diffs) / n_seeds ** 0.5, 1)
+                                                   if n_seeds > 1 else None),
                             "retractions": sum(c["retractions"])})
     return out
 
@@ -224,12 +231,16 @@ def to_markdown(result: Dict[str, Any]) -> str:
     for cand, ref_name in dict.fromkeys((s["candidate"], s["reference"]) for s in result["summary"]):
         rows = [s for s in result["summary"] if (s["candidate"], s["reference"]) == (cand, ref_name)]
         L.append(f"## `{cand}` against the {ref_name}\n")
-        L.append(f"| pool | class | `{cand}` | {ref_name} | ratio | seeds where `{cand}` >= it |")
-        L.append("|---|---|---|---|---|---|")
+        L.append(f"| pool | class | `{cand}` | {ref_name} | ratio | seeds where `{cand}` >= it "
+                 "| per-seed difference, mean ± SE |")
+        L.append("|---|---|---|---|---|---|---|")
         for s in rows:
             ratio = f"{s['cached'] / s['best_reference']:.3f}" if s["best_reference"] else "–"
+            se = s["seed_difference_se"]
+            spread = f"{s['mean_seed_difference']:+,.1f}" + (f" ± {se:,.1f}" if se is not None else "")
             L.append(f"| {s['pool']} | {s['class']} | {s['cached']:,} | `{s['best_reference_arm']}` "
-                     f"{s['best_reference']:,} | {ratio} | {s['seeds_at_least_as_good']} / {s['seeds']} |")
+                     f"{s['best_reference']:,} | {ratio} | {s['seeds_at_least_as_good']} / {s['seeds']} "
+                     f"| {spread} |")
         L.append("")
     return "\n".join(L).rstrip("\n") + "\n"
 

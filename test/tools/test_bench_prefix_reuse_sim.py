@@ -73,17 +73,22 @@ def test_summary_counts_seeds_where_islands_is_at_least_as_good():
     assert sim.summarize(result) == [
         {"candidate": "islands", "reference": "better upstream arm", "pool": "0.17-eq",
          "class": "fanout", "cached": 17, "best_reference_arm": "upstream", "best_reference": 15,
-         "seeds_at_least_as_good": 2, "seeds": 3, "retractions": 0},
+         "seeds_at_least_as_good": 2, "seeds": 3, "mean_seed_difference": 0.0,
+         "seed_difference_se": 0.6, "retractions": 0},
         {"candidate": "main_islands", "reference": "better main arm", "pool": "0.17-eq",
          "class": "fanout", "cached": 16, "best_reference_arm": "main", "best_reference": 12,
-         "seeds_at_least_as_good": 2, "seeds": 3, "retractions": 0},
+         "seeds_at_least_as_good": 2, "seeds": 3, "mean_seed_difference": 1.3,
+         "seed_difference_se": 1.8, "retractions": 0},
         {"candidate": "main_islands", "reference": "0.5.15 islands", "pool": "0.17-eq",
          "class": "fanout", "cached": 16, "best_reference_arm": "islands", "best_reference": 17,
-         "seeds_at_least_as_good": 2, "seeds": 3, "retractions": 0}]
+         "seeds_at_least_as_good": 2, "seeds": 3, "mean_seed_difference": -0.3,
+         "seed_difference_se": 0.3, "retractions": 0}]
 
 
 @pytest.mark.parametrize("name", ["prefix_reuse_sim.json", "prefix_reuse_sim_main.json",
-                                  "prefix_reuse_sim_main_latency2.json"])
+                                  "prefix_reuse_sim_main_latency2.json",
+                                  "prefix_reuse_sim_main_24seeds.json",
+                                  "prefix_reuse_sim_main_24seeds_latency2.json"])
 def test_committed_result_matches_its_summary(name):
     path = os.path.join(_ROOT, "benchmarks", "results", name)
     assert os.path.exists(path), f"benchmarks/results/{name} is missing"

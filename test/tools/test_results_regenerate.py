@@ -37,7 +37,8 @@ RENDERED = (
            "prefix_reuse_quick_main_islands_repeat", "prefix_reuse_quick_main_window",
            "prefix_reuse_quick_main_window_queued", "prefix_reuse_quick_main_window_touch")
     + _cases("prefix_reuse.sim", "to_markdown", "prefix_reuse_sim", "prefix_reuse_sim_main",
-             "prefix_reuse_sim_main_latency2")
+             "prefix_reuse_sim_main_latency2", "prefix_reuse_sim_main_24seeds",
+             "prefix_reuse_sim_main_24seeds_latency2")
     + _cases("admission.report", "to_markdown",
              "admission", "admission_agent_while_running", "admission_quick",
              "admission_quick_main", "admission_quick_main_auto")
