@@ -7,6 +7,7 @@ kill is a hole in them. Complements ``scripts/mutation.sh`` (cosmic-ray over the
 
     .venv-main-islands/bin/python -m islands_tools.mutants_main            run every mutant
     .venv-main-islands/bin/python -m islands_tools.mutants_main --list     name them, run nothing
+    .venv-main-islands/bin/python -m islands_tools.mutants_main --only unlock   those named so
 
 Run it on an installed series (``scripts/patches_main.py apply --series islands``); exit status 1
 when a mutant survives.
@@ -98,8 +99,17 @@ MUTANTS = (
     ("a pass takes no cold head", COMP,
      "            head = self._cold_head(node, tail)\n", "            head = None\n"),
     ("a window's first node leaves the candidates with its cold head", COMP,
-     "            if need <= 0 or self._has_cold_head(len(cur.key), need):",
-     "            if need <= 0:"),
+     "        return need > 0 and not self._has_cold_head(length, need)",
+     "        return need > 0"),
+    ("an unlock files a retention end's window as COLD", COMP,
+     "                cls = category if self._settles_with(covered, len(cur.key)) else COLD",
+     "                cls = COLD"),
+    ("an unlock files past its end's window by the end's class", COMP,
+     "                cls = category if self._settles_with(covered, len(cur.key)) else COLD",
+     "                cls = category"),
+    ("an unlock's window runs on through a tombstone", COMP,
+     "            if cd.value is None:\n                category = COLD\n",
+     "            if cd.value is None:\n                pass\n"),
     ("a head shorter than a window is split off", COMP,
      "        return length - tail >= self.window_span", "        return length - tail >= 1"),
     ("the head is measured from the farthest end", COMP,
@@ -123,13 +133,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--list", action="store_true", help="name the mutants and exit")
+    ap.add_argument("--only", metavar="TEXT", default="",
+                    help="run only the mutants whose name contains TEXT (default: all)")
     a = ap.parse_args(argv)
     if a.list:
         for name, rel, *_ in MUTANTS:
             print(f"{rel}: {name}")
         return 0
     root = sglang_root()
-    for name, rel, old, _ in MUTANTS:  # every mutant must apply before any runs
+    mutants = [m for m in MUTANTS if a.only in m[0]]
+    if not mutants:
+        print(f"no mutant's name contains {a.only!r} (--list names them)", file=sys.stderr)
+        return 2
+    for name, rel, old, _ in mutants:  # every mutant must apply before any runs
         count = (root / rel).read_text().count(old)
         if count != 1:
             print(f"mutant {name!r}: its text occurs {count} times in {root / rel} "
@@ -140,7 +156,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tests = Path(tmp) / "test"
         shutil.copytree(TESTS, tests)
-        for i, (name, rel, old, new) in enumerate(MUTANTS, 1):
+        for i, (name, rel, old, new) in enumerate(mutants, 1):
             path = root / rel
             src = path.read_text()
             path.write_text(src.replace(old, new))
@@ -153,8 +169,8 @@ def main(argv=None) -> int:
             verdict = "killed" if r.returncode else "SURVIVED"
             if not r.returncode:
                 survivors.append(name)
-            print(f"[{i}/{len(MUTANTS)}] {verdict}: {name}", flush=True)
-    print(f"{len(MUTANTS) - len(survivors)} of {len(MUTANTS)} killed")
+            print(f"[{i}/{len(mutants)}] {verdict}: {name}", flush=True)
+    print(f"{len(mutants) - len(survivors)} of {len(mutants)} killed")
     return 1 if survivors else 0
 
 

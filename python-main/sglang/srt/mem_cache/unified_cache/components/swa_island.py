@@ -242,11 +242,9 @@ class SWAIslandComponent(SWAComponent):
         ct, root = self.component_type, self.tree_core.root_node
         lru, cold, retention = (self.tree_core.lru_lists[ct], self._candidates[COLD],
                                 self._candidates[RETENTION])
-        page = self.tree_core.page_size
         cur, above = end, 0  # above: tokens from cur's end down to end's end
         while cur.component_data[ct].value is not None and lru.in_list(cur):
-            need = -(-(self.window_span - above) // page) * page
-            if need <= 0 or self._has_cold_head(len(cur.key), need):
+            if not self._settles_with(above, len(cur.key)):
                 return  # above the window, or a cold head above its start: it stays filed
             if category >= WINDOW:
                 cold.unfile(cur.id)
@@ -258,6 +256,15 @@ class SWAIslandComponent(SWAComponent):
             cur = cur.parent
             if cur is root:
                 return
+
+    def _settles_with(self, above: int, length: int) -> bool:
+        """Whether a live node of ``length`` tokens whose end lies ``above`` tokens above a match
+        end's end (single-child live SWA between) takes its filing from that end's window: it is
+        inside the window (page-rounded) and has no cold head above the window's start (a node
+        with one stays a ``COLD`` candidate, so that a pass splits the head off)."""
+        page = self.tree_core.page_size
+        need = -(-(self.window_span - above) // page) * page
+        return need > 0 and not self._has_cold_head(length, need)
 
     def eviction_class(self, node: "UnifiedTreeNode") -> int:
         """The class of the live node ``node``: the highest category of the match ends whose
@@ -486,15 +493,31 @@ class SWAIslandComponent(SWAComponent):
 
     def _file_unlocked(self, node) -> None:
         """File the nodes an SWA lock release at ``node`` may have unlocked (the lock's segment:
-        up to one window and a page above ``node``) as ``COLD`` candidates."""
+        up to one window and a page above ``node``) by the window of ``node`` (the lock's end,
+        a match or insert end): inside the window of a ``WINDOW`` end none (no pass before the
+        windows' needs them), inside a ``RETENTION`` end's as ``RETENTION`` candidates, the rest
+        as ``COLD`` ones; inside is :meth:`_settles_with`, as for :meth:`_settle_window`. A node
+        filed below its class costs a pass one pop; none is left unfiled below it."""
         ct, root = self.component_type, self.tree_core.root_node
         lru = self.tree_core.lru_lists[ct]
-        covered, cur = 0, node
+        cold = self._candidates[COLD]
+        category = COLD  # of node's window over cur; COLD from a tombstone up (the window ends)
+        if node is not root and node.component_data[ct].value is not None:
+            category = (WINDOW if self._is_window_end(node) else
+                        node.component_data[ct].metadata.get(MATCH_END_KEY, COLD))
+        covered, cur = 0, node  # covered: tokens from cur's end down to node's end
         span = self.window_span + self.tree_core.page_size
         while cur is not None and cur is not root and covered < span:
             cd = cur.component_data[ct]
-            if cd.lock_ref == 0 and cd.value is not None and lru.in_list(cur):
-                self._file(COLD, cur)
+            if cd.value is None:
+                category = COLD
+            elif cd.lock_ref == 0 and lru.in_list(cur):
+                cls = category if self._settles_with(covered, len(cur.key)) else COLD
+                if cls == COLD:
+                    self._file(COLD, cur)
+                elif cls == RETENTION:
+                    cold.unfile(cur.id)
+                    self._file(RETENTION, cur)
             covered += len(cur.key)
             cur = cur.parent
 

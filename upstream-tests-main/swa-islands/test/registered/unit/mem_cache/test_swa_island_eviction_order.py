@@ -19,6 +19,7 @@ The chunk ends 64 and 128 are retention points, 192 a leaf. Cold SWA: ``[0,33)``
 """
 
 import random
+from collections import defaultdict
 
 import unittest
 
@@ -149,8 +150,9 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         def filed(span):
             return [c for c, cs in ((COLD, cold), (RETENTION, retention)) if spans[span].id in cs]
 
+        # the abort's unlock filed the chunk ends' windows as RETENTION, the cold SWA as COLD
         self.assertEqual([filed(span) for span in ((0, 33), (33, 64), (97, 128))],
-                         [[COLD], [COLD], [COLD]])
+                         [[COLD], [RETENTION], [RETENTION]])
         self.assertEqual(hit_at(cache, 64), 64)  # a match ends at the first chunk end
         self.assertEqual(filed((33, 64)), [])
         self.assertEqual(filed((0, 33)), [COLD])  # 33 tokens above 64: outside its window
@@ -168,6 +170,54 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
                           for span in ((0, 33), (64, 97), (128, 161))], [True, True, True])
         self.assertEqual(filed((33, 64)), [])
         self.assertEqual(hit_at(cache, 64), 64)
+        swa.check_candidates()
+
+    def test_an_unlock_files_the_window_it_held_by_the_class_of_its_end(self):
+        """An SWA lock release files the nodes it unlocked as the lock's end's window classes
+        them: inside a retention end's window as RETENTION, inside a match end's not at all, the
+        rest as COLD; so a COLD pass pops no node a window covers."""
+        cache = self.build()
+        swa = cache.components[ComponentType.SWA]
+        cold, retention = swa._candidates[COLD], swa._candidates[RETENTION]
+        spans = dict(self.nodes(cache))
+
+        def filed(span):
+            return [c for c, cs in ((COLD, cold), (RETENTION, retention)) if spans[span].id in cs]
+
+        again = make_prefilling_req(cache, PROMPT[:128], rid="again")
+        commit_chunk(cache, again, 128)  # an insert ends at the second chunk end, locked
+        self.assertEqual(cache.swa_protected_size(), 31)
+        release(cache, again, "abort")
+        self.assertEqual(cache.swa_protected_size(), 0)
+        self.assertEqual((filed((97, 128)), filed((64, 97))), ([RETENTION], [COLD]))
+        swa.check_candidates()
+        match = match_prefix(cache, PROMPT[:64] + [7])  # a match end at the first chunk end
+        lock = cache.inc_lock_ref(match.last_device_node)
+        cache.dec_lock_ref(match.last_device_node, lock.to_dec_params())
+        self.assertEqual((filed((33, 64)), filed((0, 33))), ([], [COLD]))
+        swa.check_candidates()
+
+    def test_an_unlock_files_what_lies_past_a_tombstone_in_its_segment_as_cold(self):
+        """A lock's segment runs through tombstones (upstream counts them), but the window of its
+        end does not: a live node above a tombstone in the segment, covered by no other end, is
+        COLD, and the unlock files it so."""
+        cache = self.build()
+        swa, core = cache.components[ComponentType.SWA], cache.tree_core
+        end = dict(self.nodes(cache))[(97, 128)]
+        core._split_node(end.key, end, 23)  # [97,120) [120,128): no match end, no stamp
+        core._split_node(end.parent.key, end.parent, 15)  # [97,112) [112,120)
+        spans = dict(self.nodes(cache))
+        frees = (defaultdict(list), defaultdict(list), [])
+        core._evict_component_and_detach_lru(spans[(112, 120)], swa, *frees)
+        cache._free_values(frees[0], frees[1])
+        self.assertIsNone(spans[(112, 120)].component_data[ComponentType.SWA].value)
+        self.assertEqual(swa.eviction_class(spans[(97, 112)]), COLD)  # its window is cut
+        lock = cache.inc_lock_ref(spans[(120, 128)].id)
+        self.assertGreater(spans[(97, 112)].component_data[ComponentType.SWA].lock_ref, 0)
+        self.evict_swa(cache, KV)  # pops [97,112) while it is locked: dropped from the candidates
+        self.assertNotIn(spans[(97, 112)].id, swa._candidates[COLD])
+        cache.dec_lock_ref(spans[(120, 128)].id, lock.to_dec_params())
+        self.assertIn(spans[(97, 112)].id, swa._candidates[COLD])
         swa.check_candidates()
 
     def test_a_window_that_starts_inside_a_long_node_leaves_its_head_to_the_cold_swa(self):
@@ -234,10 +284,10 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         (leaf,) = stub.children.values()
         self.assertEqual(swa.eviction_class(junction), WINDOW)
         # upstream's leaf evictions (the controller's step): the branch's leaf, then its stub
-        # (a tombstone with Full KV, a device leaf now)
-        cache.tree_core.evict_device_leaf(leaf.id, False)
+        # (a tombstone with Full KV, a device leaf now), their frees drained as the controller does
+        cache._apply_eviction_result(cache.tree_core.evict_device_leaf(leaf.id, False))
         self.assertEqual(len(junction.children), 2)
-        cache.tree_core.evict_device_leaf(stub.id, False)
+        cache._apply_eviction_result(cache.tree_core.evict_device_leaf(stub.id, False))
         self.assertEqual(len(junction.children), 1)
         self.assertEqual(swa.eviction_class(junction), COLD)
         swa.check_candidates()  # the junction is a COLD candidate again
