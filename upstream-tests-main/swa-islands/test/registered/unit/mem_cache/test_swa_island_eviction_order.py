@@ -197,6 +197,21 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         self.assertEqual((filed((33, 64)), filed((0, 33))), ([], [COLD]))
         swa.check_candidates()
 
+    def test_an_insert_end_moves_its_window_from_cold_to_retention(self):
+        cache = self.build()
+        swa = cache.components[ComponentType.SWA]
+        cold, retention = swa._candidates[COLD], swa._candidates[RETENTION]
+        node = dict(self.nodes(cache))[(64, 97)]
+        self.assertEqual((node.id in cold, node.id in retention), (True, False))
+        mid = make_prefilling_req(cache, PROMPT[:97], rid="mid")
+        commit_chunk(cache, mid, 97)  # an insert ends at 97: [64,97) is its window
+        self.assertEqual(swa.eviction_class(node), RETENTION)
+        self.assertEqual((node.id in cold, node.id in retention), (False, True))
+        swa.check_candidates()
+        release(cache, mid, "abort")
+        self.assertEqual((node.id in cold, node.id in retention), (False, True))
+        swa.check_candidates()
+
     def test_an_unlock_files_what_lies_past_a_tombstone_in_its_segment_as_cold(self):
         """A lock's segment runs through tombstones (upstream counts them), but the window of its
         end does not: a live node above a tombstone in the segment, covered by no other end, is
