@@ -80,6 +80,16 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
             start += len(node.key)
         return out
 
+    def filings(self, cache):
+        """``filed(span)``: the candidate classes the node of ``span`` (a span of the prompt's
+        path as it is now) is filed as."""
+        swa = cache.components[ComponentType.SWA]
+        spans = dict(self.nodes(cache))
+
+        def filed(span):
+            return [c for c in (COLD, RETENTION) if spans[span].id in swa._candidates[c]]
+        return filed
+
     def evict_swa(self, cache, tokens):
         cache.evict(EvictParams(num_tokens=0, swa_num_tokens=tokens))
 
@@ -144,11 +154,8 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         node files nothing above it (no window ran through it)."""
         cache = self.build()
         swa = cache.components[ComponentType.SWA]
-        cold, retention = swa._candidates[COLD], swa._candidates[RETENTION]
         spans = dict(self.nodes(cache))
-
-        def filed(span):
-            return [c for c, cs in ((COLD, cold), (RETENTION, retention)) if spans[span].id in cs]
+        filed = self.filings(cache)
 
         # the abort's unlock filed the chunk ends' windows as RETENTION, the cold SWA as COLD
         self.assertEqual([filed(span) for span in ((0, 33), (33, 64), (97, 128))],
@@ -178,11 +185,8 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         rest as COLD; so a COLD pass pops no node a window covers."""
         cache = self.build()
         swa = cache.components[ComponentType.SWA]
-        cold, retention = swa._candidates[COLD], swa._candidates[RETENTION]
         spans = dict(self.nodes(cache))
-
-        def filed(span):
-            return [c for c, cs in ((COLD, cold), (RETENTION, retention)) if spans[span].id in cs]
+        filed = self.filings(cache)
 
         again = make_prefilling_req(cache, PROMPT[:128], rid="again")
         commit_chunk(cache, again, 128)  # an insert ends at the second chunk end, locked
@@ -200,16 +204,17 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
     def test_an_insert_end_moves_its_window_from_cold_to_retention(self):
         cache = self.build()
         swa = cache.components[ComponentType.SWA]
-        cold, retention = swa._candidates[COLD], swa._candidates[RETENTION]
-        node = dict(self.nodes(cache))[(64, 97)]
-        self.assertEqual((node.id in cold, node.id in retention), (True, False))
+        filed, node = self.filings(cache), dict(self.nodes(cache))[(64, 97)]
+        self.assertEqual(filed((64, 97)), [COLD])
         mid = make_prefilling_req(cache, PROMPT[:97], rid="mid")
-        commit_chunk(cache, mid, 97)  # an insert ends at 97: [64,97) is its window
+        # an insert ends at 97: [64,97) is its window (the lock's split keeps the node on the
+        # suffix, filed as [64,97) was)
+        commit_chunk(cache, mid, 97)
         self.assertEqual(swa.eviction_class(node), RETENTION)
-        self.assertEqual((node.id in cold, node.id in retention), (False, True))
+        self.assertEqual(filed((64, 97)), [RETENTION])
         swa.check_candidates()
         release(cache, mid, "abort")
-        self.assertEqual((node.id in cold, node.id in retention), (False, True))
+        self.assertEqual(filed((64, 97)), [RETENTION])
         swa.check_candidates()
 
     def test_an_unlock_files_what_lies_past_a_tombstone_in_its_segment_as_cold(self):
