@@ -458,8 +458,9 @@ class Soak:
             self.failures.append(f"{tb} traceback(s) in the server log")
         outs = self.traffic.outcomes
         self.check_new_outputs()
-        ties = [m for m in self._check["mismatches"] if is_near_tie(m)]
-        mismatches = [m for m in self._check["mismatches"] if not is_near_tie(m)]
+        ties, mismatches = [], []
+        for m in self._check["mismatches"]:
+            (ties if is_near_tie(m) else mismatches).append(m)
         checked, prefixes = self._check["checked"], self._check["prefixes"]
         if mismatches:
             self.failures.append(f"{len(mismatches)} output(s) differ from transformers")
