@@ -41,7 +41,10 @@ an insert end when it is stamped; a match end's stamp takes the nodes wholly ins
 out of the candidates, ``_settle_window``). Recency is a *touch* (:data:`TOUCH_KEY`), a counter
 the list stamps on every node it adds at its most recently used end; a node it adds beside
 another (upstream's split places the new prefix node next to its suffix) takes that node's
-touch. So candidates go in the SWA list's own order, whichever step filed them. A pass pops its
+touch. So candidates go in the SWA list's order of touches, whichever step filed them; nodes of
+one touch (a window the list moved together, the two halves of a split) go in the order they
+were filed: a window's end before its ancestors, which the list walks the other way round. A
+pass pops its
 candidates oldest first and computes each one's class (at most ``w / p`` node steps): one of its
 class is the victim, else its cold head if it has one; a retention node moves to the
 ``RETENTION`` candidates, a better covered or locked one is dropped. A touch files its node as
