@@ -452,8 +452,10 @@ class SWAIslandComponent(SWAComponent):
     def evict_component(self, node, device_frees, host_frees, cache_actions,
                         target=EvictLayer.DEVICE):
         # Tombstoning a COLD node changes no other node's class: every end whose window could run
-        # through it is at least ``w`` tokens below it (a leaf, deleted with its SWA, is WINDOW).
-        keeps_classes = EvictLayer.DEVICE in target and self.eviction_class(node) == COLD
+        # through it is at least ``w`` tokens below it (a leaf, deleted with its SWA, is WINDOW:
+        # a window end is never COLD, known without the walk).
+        keeps_classes = (EvictLayer.DEVICE in target and not self._is_window_end(node)
+                         and self.eviction_class(node) == COLD)
         out = super().evict_component(node, device_frees, host_frees, cache_actions, target=target)
         if EvictLayer.DEVICE in target and not keeps_classes:
             self._file_above(node)
