@@ -19,9 +19,9 @@ SWA upstream's match validator needs behind a match end; ``p`` = the page):
 - ``RETENTION`` ends: a node an insert ended at (``LRURefreshPhase.INSERT_END``: chunk ends,
   prompt ends, decode islands) that is neither of the above;
 - ``QUEUED`` ends: the queued hit of a waiting request (``swa_island_queue.QueuedHitIndex``),
-  until its first commit. A node whose single-child path reaches a queued hit within ``w`` is ``QUEUED``; a
-  junction on the way ends the walk as a ``WINDOW`` (the nodes above a junction are then covered
-  as the junction's window, not as the queued hit's below it).
+  until its first commit. A node whose single-child path reaches a queued hit within ``w`` is
+  ``QUEUED``; a junction on the way ends the walk as a ``WINDOW`` (the nodes above a junction are
+  then covered as the junction's window, not as the queued hit's below it).
 
 A stamp lives in the node's SWA ``metadata`` under :data:`MATCH_END_KEY`. Upstream's split keeps
 the node object on the suffix (``redistribute_on_node_split``), so a stamp stays at the end it
@@ -34,31 +34,29 @@ a pass that meets it splits it where the window begins (``_cold_head``, page-ali
 the head, so only the window stays.
 
 Index (what keeps an eviction O(its own work)): the live nodes a pass may take wait as
-*candidates*, per class, least recently used first (:data:`COLD`: every node the SWA LRU list
-adds, an insert or a move to its most recently used end, ``CandidateLRUList``; :data:`RETENTION`:
-those a ``COLD`` pass met and found covered only by retention points, and those in the window of
-an insert end when it is stamped; a match end's stamp takes the nodes wholly inside its window
-out of the candidates, ``_settle_window``). Recency is a *touch* (:data:`TOUCH_KEY`), a counter
-the list stamps on every node it adds at its most recently used end; a node it adds beside
-another (upstream's split places the new prefix node next to its suffix) takes that node's
-touch. So candidates go in the SWA list's order of touches, whichever step filed them; nodes of
-one touch (a window the list moved together, the two halves of a split) go in the order they
-were filed: a window's end before its ancestors, which the list walks the other way round. A
-pass pops its
+*candidates*, per class, least recently used first (:data:`COLD`: every node the SWA LRU list adds,
+an insert or a move to its most recently used end, ``CandidateLRUList``; :data:`RETENTION`: those a
+``COLD`` pass met and found covered only by retention points, and those in the window of an insert
+end when it is stamped; a match end's stamp takes the nodes wholly inside its window out of the
+candidates, ``_settle_window``). Recency is a *touch* (:data:`TOUCH_KEY`), a counter the list
+stamps on every node it adds at its most recently used end; a node it adds beside another
+(upstream's split places the new prefix node next to its suffix) takes that node's touch. So
+candidates go in the SWA list's order of touches, whichever step filed them; nodes of one touch (a
+window the list moved together, the two halves of a split) go in the order they were filed: a
+window's end before its ancestors, which the list walks the other way round. A pass pops its
 candidates oldest first and computes each one's class (at most ``w / p`` node steps): one of its
-class is the victim, else its cold head if it has one; a retention node moves to the
-``RETENTION`` candidates, a better covered or locked one is dropped. A touch files its node as
-``COLD`` and a pass empties the ``COLD`` candidates before it pops a ``RETENTION`` one, so a node
-touched since its ``RETENTION`` filing is refiled at its new touch before that filing comes up.
-Invariant: every live, unlocked node of class ``COLD`` is a ``COLD`` candidate, and every one of
-class ``RETENTION`` a candidate of either class. What can lower a node's class or free it files
-it again: a device eviction or deletion of a node that is not ``COLD`` files the live nodes up
-to ``w`` above it (their cover may have run through it, ``_file_above``), so does a new leaf
-(its parent may have been a leaf), and an SWA lock release files the nodes it unlocked
-(``_file_unlocked``). Each filing is popped at most once (``Candidates``: a heap per class), so
-a pass costs what the inserts, moves, unlocks and evictions since the last one filed, times
-``log`` of the candidates. Sessions (``enable_session_radix_cache``) keep upstream's
-partitioned walk.
+class is the victim, else its cold head if it has one; a retention node moves to the ``RETENTION``
+candidates, a better covered or locked one is dropped. A touch files its node as ``COLD`` and a
+pass empties the ``COLD`` candidates before it pops a ``RETENTION`` one, so a node touched since
+its ``RETENTION`` filing is refiled at its new touch before that filing comes up. Invariant: every
+live, unlocked node of class ``COLD`` is a ``COLD`` candidate, and every one of class ``RETENTION``
+a candidate of either class. What can lower a node's class or free it files it again: a device
+eviction or deletion of a node that is not ``COLD`` files the live nodes up to ``w`` above it
+(their cover may have run through it, ``_file_above``), so does a new leaf (its parent may have
+been a leaf), and an SWA lock release files the nodes it unlocked (``_file_unlocked``). Each filing
+is popped at most once (``Candidates``: a heap per class), so a pass costs what the inserts, moves,
+unlocks and evictions since the last one filed, times ``log`` of the candidates. Sessions
+(``enable_session_radix_cache``) keep upstream's partitioned walk.
 
 Locks: a device SWA lock (admission's match lock, a commit's lock of its new last node) takes
 one page-rounded window of live SWA behind its node (``window_lock_tokens``): the live node the
