@@ -36,7 +36,8 @@ RUN = ("registered/unit/mem_cache/test_swa_island_queued_hits.py",
        "registered/unit/managers/test_request_queued_hook.py",
        "registered/unit/mem_cache/test_swa_island_unified_radix_cache.py",
        "registered/unit/mem_cache/test_swa_island_decode_islands.py",
-       "registered/unit/mem_cache/test_swa_admission_reserve_hook.py")
+       "registered/unit/mem_cache/test_swa_admission_reserve_hook.py",
+       "registered/unit/mem_cache/test_swa_island_reclaim.py")
 
 # (name, file under the sglang package, exact text, replacement)
 MUTANTS = (
@@ -54,10 +55,15 @@ MUTANTS = (
     ("collected waiting requests stay queued", COMP,
      "        self.queued.hits.reap()  # waiting", "        pass  # waiting"),
     ("a checkpoint moves no queued hit", CACHE,
-     "            self._queue_match(waiting)", "            pass"),
+     "                self._queue_match(waiting)", "                pass"),
     ("the first checkpoint keeps the queued hit", CACHE,
-     "        component.queued.drop(req)\n        super().checkpoint_into_tree",
-     "        super().checkpoint_into_tree"),
+     "            component.queued.drop(req)\n        branching",
+     "            pass\n        branching"),
+    ("a commit stops at an SWA branch", CACHE,
+     "        if self._continues_past_branch(req, branching, up_to):", "        if False:"),
+    ("a finished request's commit goes on past an SWA branch", CACHE,
+     "                and req.swa_branching_seqlen is None and not req.finished()",
+     "                and req.swa_branching_seqlen is None"),
     ("a release keeps the queued hit", CACHE,
      "            self._swa_island_component.queued.drop(req)\n        super().on_release",
      "            pass\n        super().on_release"),

@@ -46,6 +46,12 @@ only the eviction order ``window`` (``auto``'s choice at a lean SWA pool) overri
   elsewhere while the free SWA pool is below ``reclaim_watermark`` (one prefill chunk). Not
   given, the policy is ``default_reclaim`` of the eviction order: ``lazy`` under ``window``, whose
   order gives cold SWA up before any window, ``auto`` under ``lru``.
+- commits past an SWA branch: main stops the first insert after a match whose Full KV hit ran past
+  its SWA hit at that branch (``swa_branching_seqlen``) and leaves the committed tokens after it to
+  the request's next checkpoint, which for a prompt is its first decode island or its finish; the
+  island cache inserts them in the same checkpoint (``_continues_past_branch``), so a prefilled
+  prompt's end is a match end and its SWA is the tree's (``lazy``: live and evictable), not the
+  request's. A finish keeps main's single insert.
 - eviction order (``--swa-islands-eviction``, ``resolve_eviction``): ``auto`` (default) is
   ``window`` where the SWA pool cannot keep one chunk per running request
   (``lazy_reclaim_fits``), else ``lru``; ``lru`` keeps upstream's SWA walk on
@@ -205,17 +211,35 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         self._swa_island_component.queued.set(req, node, edge)
 
     def checkpoint_into_tree(self, req: "Req", *, up_to: int, **kwargs) -> None:
-        """Main's insert; under the window order the request's queued hit ends at its first
-        checkpoint, and the waiting requests that continue along the committed path match again
-        (their deeper hit becomes their queued hit)."""
+        """Main's insert, which goes on past an SWA branch (:meth:`_continues_past_branch`);
+        under the window order the request's queued hit ends at its first checkpoint, and the
+        waiting requests that continue along the committed path match again (their deeper hit
+        becomes their queued hit)."""
         component = self._swa_island_component
-        if component is None:
-            return super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
-        component.queued.drop(req)
+        if component is not None:
+            component.queued.drop(req)
+        branching = req.swa_branching_seqlen
         super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
-        last_node = self.resolve_node_handle(req.last_node)
-        for waiting in component.queued.continuing(last_node, self.page_size):
-            self._queue_match(waiting)
+        if self._continues_past_branch(req, branching, up_to):
+            super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
+        if component is not None:
+            last_node = self.resolve_node_handle(req.last_node)
+            for waiting in component.queued.continuing(last_node, self.page_size):
+                self._queue_match(waiting)
+
+    def _continues_past_branch(self, req: "Req", branching, up_to: int) -> bool:
+        """Whether the checkpoint of the running ``req`` to ``up_to`` inserts again: main stops
+        the first insert after a match whose Full KV hit ran past its SWA hit at that branch
+        (``swa_branching_seqlen``, cleared once the branch is in) and leaves the committed tokens
+        after it to the request's next checkpoint. With islands they go in now, as every other
+        commit's do: the prompt's end is a match end from its prefill on, and the SWA below the
+        window is the tree's, live and evictable (``lazy``) or freed, not held by the request
+        until its first decode island. Example: page 1, a 1,137-token prompt whose match hit 775
+        tokens and whose Full KV hit ran to 887: the prefill's checkpoint inserts ``[0, 887)``,
+        then ``[887, 1137)``."""
+        return (self._islands_active and branching is not None
+                and req.swa_branching_seqlen is None and not req.finished()
+                and req.kv.cache_protected_len < up_to // self.page_size * self.page_size)
 
     def on_release(self, req: "Req", *, checkpointed: bool) -> None:
         if self._swa_island_component is not None:

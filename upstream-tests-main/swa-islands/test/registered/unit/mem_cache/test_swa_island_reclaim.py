@@ -178,6 +178,69 @@ class _ReclaimSuite:
                 self.assertEqual((allocator.full_available_size(),
                                   allocator.swa_available_size()), baseline)
 
+    def test_a_commit_goes_on_past_an_swa_branch(self):
+        """A request whose match's Full KV hit runs past its SWA hit (the first two chunks'
+        SWA evicted): main's first insert stops at that branch (``swa_branching_seqlen``) and
+        leaves the rest to the request's next checkpoint; with islands the commit goes on to its
+        end, so the prompt's end is a match end once prefilled and none of the request's SWA is
+        outside the tree but its one locked window. Flag off: stock main stops at the branch."""
+        prompt = PROMPT[:DIVERGE_AT] + [5] * 90
+        for islands, reclaim in ((True, "lazy"), (True, "eager"), (True, "auto"), (False, "lazy")):
+            with self.subTest(islands=islands, reclaim=reclaim):
+                cache = self.build(reclaim, islands=islands)
+                allocator = cache.token_to_kv_pool_allocator
+                baseline = (allocator.full_available_size(), allocator.swa_available_size())
+                release(cache, self.commit_prompt(cache), "finish")
+                cache.evict(EvictParams(num_tokens=0, swa_num_tokens=2 * CHUNK))
+                self.assertEqual(match_prefix(cache, prompt).device_prefix_len, 0)
+                req = make_prefilling_req(cache, prompt, rid="r1")
+                req.swa_branching_seqlen = match_prefix(cache, prompt).swa_branching_seqlen
+                self.assertEqual(req.swa_branching_seqlen, DIVERGE_AT)
+                commit_chunk(cache, req, len(prompt))
+                hit = match_prefix(cache, prompt + [7]).device_prefix_len
+                used = allocator.size_swa - allocator.swa_available_size()
+                outside = used - cache.swa_evictable_size() - cache.swa_protected_size()
+                if islands:
+                    self.assertEqual((req.kv.cache_protected_len, hit), (len(prompt),) * 2)
+                    self.assertEqual(outside, 0)
+                    self.assertLessEqual(cache.swa_protected_size(), W + 2 * P)
+                else:
+                    self.assertEqual(req.kv.cache_protected_len, DIVERGE_AT)
+                    self.assertLessEqual(hit, DIVERGE_AT)
+                    self.assertGreater(outside, 0)
+                release(cache, req, "finish")
+                cache.evict(EvictParams(num_tokens=KV, swa_num_tokens=KV))
+                self.assertEqual((allocator.full_available_size(),
+                                  allocator.swa_available_size()), baseline)
+
+    def test_a_request_finished_at_its_branch_inserts_as_stock_main(self):
+        """A request that finishes before any checkpoint with its SWA branch pending: its finish
+        inserts up to the branch and frees the rest, on stock main (commit-time free off, as
+        ``lazy``) and with islands alike: the finish hands the request's KV to the tree in one
+        insert, never two."""
+        prompt = PROMPT[:DIVERGE_AT] + [5] * 90
+        rows = {}
+        for islands in (True, False):
+            with envs.SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS.override(False):
+                cache = self.build("lazy", islands=islands)
+                allocator = cache.token_to_kv_pool_allocator
+                baseline = (allocator.full_available_size(), allocator.swa_available_size())
+                release(cache, self.commit_prompt(cache), "finish")
+                cache.evict(EvictParams(num_tokens=0, swa_num_tokens=2 * CHUNK))
+                req = make_prefilling_req(cache, prompt, rid="r1")
+                req.swa_branching_seqlen = match_prefix(cache, prompt).swa_branching_seqlen
+                finish_prefill(req, 1000)
+                release(cache, req, "finish")
+            rows[islands] = (match_prefix(cache, prompt + [1000, 7]).device_prefix_len,
+                             cache.full_evictable_size(), cache.swa_evictable_size(),
+                             allocator.full_available_size(), allocator.swa_available_size())
+            self.assertEqual(cache.full_protected_size() + cache.swa_protected_size(), 0)
+            cache.evict(EvictParams(num_tokens=KV, swa_num_tokens=KV))
+            self.assertEqual((allocator.full_available_size(),
+                              allocator.swa_available_size()), baseline)
+        self.assertEqual(rows[True], rows[False])
+        self.assertLessEqual(rows[True][0], DIVERGE_AT)
+
     def test_flag_off_the_stock_cache_answers_the_environment_variable(self):
         for free in (True, False):
             with self.subTest(free_out_of_window=free), \
