@@ -48,10 +48,10 @@ only the eviction order ``window`` (``auto``'s choice at a lean SWA pool) overri
   order gives cold SWA up before any window, ``auto`` under ``lru``.
 - commits past an SWA branch: main stops the first insert after a match whose Full KV hit ran past
   its SWA hit at that branch (``swa_branching_seqlen``) and leaves the committed tokens after it to
-  the request's next checkpoint, which for a prompt is its first decode island or its finish; the
-  island cache inserts them in the same checkpoint (``_continues_past_branch``), so a prefilled
-  prompt's end is a match end and its SWA is the tree's (``lazy``: live and evictable), not the
-  request's. A finish keeps main's single insert.
+  the request's next checkpoint (for a prompt on stock main, its finish); the island cache inserts
+  them in the same checkpoint (``_continues_past_branch``), so a prefilled prompt's end is a match
+  end and its SWA is the tree's (``lazy``: live and evictable), not the request's. A finish keeps
+  main's single insert.
 - eviction order (``--swa-islands-eviction``, ``resolve_eviction``): ``auto`` (default) is
   ``window`` where the SWA pool cannot keep one chunk per running request
   (``lazy_reclaim_fits``), else ``lru``; ``lru`` keeps upstream's SWA walk on
