@@ -46,6 +46,7 @@ KV = 512
 PROMPT = list(range(10, 10 + CHUNK * CHUNKS))
 DIVERGE_AT = CHUNK + 36  # inside the second chunk
 BRANCH = PROMPT[:DIVERGE_AT] + [5] * 20
+BRANCHED = PROMPT[:DIVERGE_AT] + [5] * 90  # a prompt whose branch at DIVERGE_AT is pending
 POLICIES = ("lazy", "eager", "auto")
 
 
@@ -178,23 +179,30 @@ class _ReclaimSuite:
                 self.assertEqual((allocator.full_available_size(),
                                   allocator.swa_available_size()), baseline)
 
+    def branching_req(self, cache):
+        """A request for ``BRANCHED`` whose match found Full KV past its SWA hit: ``PROMPT``
+        committed and finished, then its first two chunks' SWA evicted (the SWA hit is 0, the
+        branch at ``DIVERGE_AT``), as admission leaves it (``swa_branching_seqlen`` set)."""
+        release(cache, self.commit_prompt(cache), "finish")
+        cache.evict(EvictParams(num_tokens=0, swa_num_tokens=2 * CHUNK))
+        self.assertEqual(match_prefix(cache, BRANCHED).device_prefix_len, 0)
+        req = make_prefilling_req(cache, BRANCHED, rid="r1")
+        req.swa_branching_seqlen = match_prefix(cache, BRANCHED).swa_branching_seqlen
+        return req
+
     def test_a_commit_goes_on_past_an_swa_branch(self):
         """A request whose match's Full KV hit runs past its SWA hit (the first two chunks'
         SWA evicted): main's first insert stops at that branch (``swa_branching_seqlen``) and
         leaves the rest to the request's next checkpoint; with islands the commit goes on to its
         end, so the prompt's end is a match end once prefilled and none of the request's SWA is
         outside the tree but its one locked window. Flag off: stock main stops at the branch."""
-        prompt = PROMPT[:DIVERGE_AT] + [5] * 90
+        prompt = BRANCHED
         for islands, reclaim in ((True, "lazy"), (True, "eager"), (True, "auto"), (False, "lazy")):
             with self.subTest(islands=islands, reclaim=reclaim):
                 cache = self.build(reclaim, islands=islands)
                 allocator = cache.token_to_kv_pool_allocator
                 baseline = (allocator.full_available_size(), allocator.swa_available_size())
-                release(cache, self.commit_prompt(cache), "finish")
-                cache.evict(EvictParams(num_tokens=0, swa_num_tokens=2 * CHUNK))
-                self.assertEqual(match_prefix(cache, prompt).device_prefix_len, 0)
-                req = make_prefilling_req(cache, prompt, rid="r1")
-                req.swa_branching_seqlen = match_prefix(cache, prompt).swa_branching_seqlen
+                req = self.branching_req(cache)
                 self.assertEqual(req.swa_branching_seqlen, DIVERGE_AT)
                 commit_chunk(cache, req, len(prompt))
                 hit = match_prefix(cache, prompt + [7]).device_prefix_len
@@ -218,17 +226,14 @@ class _ReclaimSuite:
         inserts up to the branch and frees the rest, on stock main (commit-time free off, as
         ``lazy``) and with islands alike: the finish hands the request's KV to the tree in one
         insert, never two."""
-        prompt = PROMPT[:DIVERGE_AT] + [5] * 90
+        prompt = BRANCHED
         rows = {}
         for islands in (True, False):
             with envs.SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS.override(False):
                 cache = self.build("lazy", islands=islands)
                 allocator = cache.token_to_kv_pool_allocator
                 baseline = (allocator.full_available_size(), allocator.swa_available_size())
-                release(cache, self.commit_prompt(cache), "finish")
-                cache.evict(EvictParams(num_tokens=0, swa_num_tokens=2 * CHUNK))
-                req = make_prefilling_req(cache, prompt, rid="r1")
-                req.swa_branching_seqlen = match_prefix(cache, prompt).swa_branching_seqlen
+                req = self.branching_req(cache)
                 finish_prefill(req, 1000)
                 release(cache, req, "finish")
             rows[islands] = (match_prefix(cache, prompt + [1000, 7]).device_prefix_len,
