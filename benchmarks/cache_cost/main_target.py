@@ -37,7 +37,10 @@ the real method, ``time.perf_counter``, garbage collector off, median microsecon
   order keeps their hits' windows last and checks what its walk passes); ``evict_64_late``: 16 calls
   once half of the tree's live SWA is gone; ``evict_64_drain``: 16 calls once 90% is gone (the
   window arm has no cold SWA left there: it takes windows). A call that takes a leaf's SWA
-  deletes the leaf with its Full KV, so the eviction rows count the tokens freed in both pools.
+  deletes the leaf with its Full KV, so the eviction rows count the tokens freed in both pools,
+  and the upstream steps a call took (``_apply_eviction_result``: each step of main's walk drains
+  its own frees before the next one decides), so a call's time splits into steps per call and
+  time per step.
 
 ``--repeats R`` measures every (size, arm) R times, the arms in a rotated order each round, and
 reports the median of the R medians (each run's own medians stay in the JSON): one run's
@@ -83,7 +86,8 @@ EVICT_CALLS = 16
 EVICT_OPS = ("evict_64_first", "evict_64_q64", "evict_64_late", "evict_64_drain")
 """The eviction calls, whose rows also carry the Full tokens they freed (``full_work_tokens``: a
 leaf that loses its SWA is deleted with its Full KV) and the time per token freed in both pools
-(``us_per_kv_token``)."""
+(``us_per_kv_token``), and the upstream steps they took (``evict_steps``: calls of main's
+``_apply_eviction_result``, which drains one step's frees) and the time per step (``us_per_step``)."""
 WORK_OPS = ("match_continue", "match_diverge") + EVICT_OPS
 """The operations whose work varies with the tree: the tokens a match returns, the SWA tokens an
 eviction call frees (a 64-token request frees whole nodes, so at least 64). Their rows also carry
@@ -262,6 +266,7 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
     swa_free = cache.token_to_kv_pool_allocator.swa_available_size
     full_free = cache.token_to_kv_pool_allocator.full_available_size
     full_work = {op: [] for op in EVICT_OPS}  # Full tokens each timed eviction call freed
+    steps = {op: [] for op in EVICT_OPS}  # upstream steps each timed eviction call took
     gc.disable()
     try:
         for _ in range(samples):
@@ -305,6 +310,7 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
             component.queued.hits.reap()
         queued_at_evict = 0 if component is None else len(component.queued.hits)
         queued_at_q64 = 0
+        step_count = count_eviction_steps(cache)
         for op, left in (("evict_64_first", live), ("evict_64_q64", None),
                          ("evict_64_late", live // 2), ("evict_64_drain", live // 10)):
             if left is None:  # no drain: 64 requests join the queue instead
@@ -317,12 +323,13 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
             while left is not None and cache.swa_evictable_size() > left:  # drain, untimed
                 cache.evict(EvictParams(num_tokens=0, swa_num_tokens=64))
             for _ in range(EVICT_CALLS):
-                free, full = swa_free(), full_free()
+                free, full, taken = swa_free(), full_free(), step_count[0]
                 t0 = time.perf_counter()
                 cache.evict(EvictParams(num_tokens=0, swa_num_tokens=64))
                 times[op].append((time.perf_counter() - t0) * 1e6)
                 work[op].append(swa_free() - free)
                 full_work[op].append(full_free() - full)
+                steps[op].append(step_count[0] - taken)
             waiting.clear()  # the q64 phase's requests leave (weak references in the queue)
     finally:
         gc.enable()
@@ -338,7 +345,25 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
                              for op, v in work.items() if sum(v)},
             "full_work_tokens": {op: sum(v) for op, v in full_work.items()},
             "us_per_kv_token": {op: round(sum(times[op]) / (sum(work[op]) + sum(v)), 4)
-                                for op, v in full_work.items() if sum(work[op]) + sum(v)}}
+                                for op, v in full_work.items() if sum(work[op]) + sum(v)},
+            "evict_steps": {op: sum(v) for op, v in steps.items()},
+            "us_per_step": {op: round(sum(times[op]) / sum(v), 4)
+                            for op, v in steps.items() if sum(v)}}
+
+
+def count_eviction_steps(cache) -> list:
+    """Count the upstream eviction steps of ``cache`` from now on: a one-element list whose
+    element grows by one per call of main's ``_apply_eviction_result`` (it drains one step's
+    frees, a tombstone's or a deleted leaf's, on either tree core). The counter wraps the
+    instance's method, so every arm pays the same few hundred nanoseconds per step."""
+    count, apply = [0], cache._apply_eviction_result
+
+    def counted(result):
+        count[0] += 1
+        return apply(result)
+
+    cache._apply_eviction_result = counted
+    return count
 
 
 def by_cell(rows: list) -> dict:
@@ -423,6 +448,30 @@ def kv_table(cells: dict, sizes: list, arms: list, ratios: list) -> list:
                                f"{_per_call(runs, op, 'full_work_tokens'):,.1f}"))
 
 
+def step_table(cells: dict, sizes: list, arms: list, ratios: list) -> list:
+    """The evictions per upstream step (runs that recorded ``evict_steps``): the steps per call
+    and SWA tokens per step each arm took, and each island arm's time per step over stock
+    main's: how much of a call's time is more steps (smaller victims) and how much each step
+    costs."""
+    return _token_table(
+        cells, sizes, arms, ratios, needs="evict_steps", ops=EVICT_OPS, field="us_per_step",
+        intro="Evictions per upstream step: main's walk takes one node per step and drains that "
+              "step's frees before the next step decides (`_apply_eviction_result`), so a call "
+              "costs its steps times what a step costs. Steps per call: the mean over the timed "
+              "calls (median over the runs), with the SWA tokens freed per step; ratios: time per "
+              "step (the calls' summed microseconds over their summed steps), island arm over "
+              "stock main on the same core.",
+        column="steps per call (SWA per step)", per="per step",
+        cell=lambda runs, op: (f"{_per_call(runs, op, 'evict_steps'):,.2f} "
+                               f"({_per_step(runs, op):,.1f})"))
+
+
+def _per_step(runs: list, op: str) -> float:
+    """The median over a cell's runs of the SWA tokens freed per upstream step."""
+    vals = [r["work_tokens"][op] / r["evict_steps"][op] for r in runs if r["evict_steps"][op]]
+    return statistics.median(vals) if vals else 0.0
+
+
 def report(result: dict) -> str:
     rows = result["rows"]
     sizes = sorted({r["clients"] for r in rows})
@@ -465,6 +514,7 @@ def report(result: dict) -> str:
     L.append("")
     L += work_table(cells, sizes, arms, ratios)
     L += kv_table(cells, sizes, arms, ratios)
+    L += step_table(cells, sizes, arms, ratios)
     return "\n".join(L) + "\n"
 
 

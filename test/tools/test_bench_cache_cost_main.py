@@ -64,6 +64,11 @@ def test_toy_run_times_every_operation_of_every_arm(tmp_path):
         for op, us in r["us_per_kv_token"].items():
             total_us = us * (work[op] + full[op])
             assert total_us == pytest.approx(r["us_per_token"][op] * work[op], rel=1e-3), r
+        # the upstream steps each eviction call took, and the time per step
+        steps = r["evict_steps"]
+        assert set(steps) == set(full) and steps["evict_64_first"] >= 16, r
+        for op, us in r["us_per_step"].items():
+            assert us * steps[op] == pytest.approx(r["us_per_token"][op] * work[op], rel=1e-3), r
     live = {r["arm"]: r["live_swa_before_evict"] for r in result["rows"]}
     rows = {r["arm"]: r for r in result["rows"]}
     # a diverging match returns at least as much with islands as on stock main (islands keep the
@@ -99,6 +104,16 @@ def test_toy_run_times_every_operation_of_every_arm(tmp_path):
     assert row.split(" | ")[5] == (
         f"{drained['work_tokens']['evict_64_drain'] / 16:,.1f} + "
         f"{drained['full_work_tokens']['evict_64_drain'] / 16:,.1f}"), row
+    # the steps table: each arm's steps per call (SWA per step), each island arm's time per step
+    assert "| op | clients | `main_rust` steps per call (SWA per step) | " in md
+    steps_row = next(ln for ln in md.splitlines() if ln.startswith("| evict_64_first | 8 |")
+                     and "(" in ln.split(" | ")[2])
+    first, op = rows["main_python"], "evict_64_first"
+    taken = first["evict_steps"][op]
+    assert steps_row.split(" | ")[3] == (
+        f"{taken / 16:,.2f} ({first['work_tokens'][op] / taken:,.1f})"), steps_row
+    mine, theirs = rows["islands_window"]["us_per_step"][op], first["us_per_step"][op]
+    assert steps_row.split(" | ")[-1].rstrip(" |") == f"{mine / theirs:.2f}", steps_row
 
 
 def test_repeats_rotate_the_arms_and_the_table_takes_the_median_of_the_runs(tmp_path):
