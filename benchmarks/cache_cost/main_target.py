@@ -400,8 +400,8 @@ def _per_call(runs: list, op: str, field: str) -> float:
 
 def _token_table(cells: dict, sizes: list, arms: list, ratios: list, *, needs: str, intro: str,
                  column: str, per: str, ops: tuple, cell, field: str) -> list:
-    """A table per token (runs that recorded ``needs``): ``cell(runs, op)`` per arm under
-    ``column``, and each island arm's ``field`` (time per token) over stock main's."""
+    """A table per unit of work (runs that recorded ``needs``): ``cell(runs, op)`` per arm under
+    ``column``, and each island arm's ``field`` (time per token or per step) over stock main's."""
     if not all(needs in r for runs in cells.values() for r in runs):
         return []
     L = [intro, "",
