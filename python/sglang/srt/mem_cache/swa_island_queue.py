@@ -99,6 +99,19 @@ class QueuedHits:
         """Distinct match ends in arrival order of their first request, the root left out."""
         return [n for n in dict.fromkeys(self._hit.values()) if n is not self._root]
 
+    def latest_first(self) -> Iterator[Node]:
+        """:meth:`in_order` reversed, lazily: the requests are walked from the latest one back,
+        and a match end is given at its first request, once every later request of its has been
+        passed (O(1) per request passed, so a caller that stops after ``k`` ends pays for the
+        requests queued after the ``k``-th end's first one, not for the queue). The hits must not
+        change while it runs (no update, no :meth:`reap`)."""
+        left: Dict[Node, int] = {}  # node -> its requests not yet passed
+        for node in reversed(self._hit.values()):
+            n = left.get(node, self._count[node]) - 1
+            left[node] = n
+            if n == 0 and node is not self._root:
+                yield node
+
     def _release(self, node: Node) -> None:
         left = self._count[node] - 1
         if left:

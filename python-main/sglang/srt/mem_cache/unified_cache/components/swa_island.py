@@ -68,7 +68,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import weakref
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from sglang.srt.mem_cache.swa_island_formulas import (
     COLD,
@@ -173,7 +173,7 @@ class SWAIslandComponent(SWAComponent):
         self.window_span = self.sliding_window_size
         self._walk_cursor = None
         self._walk_done = False  # this call's walk over everything but queued hits met its end
-        self._queued_walk: Optional[list] = None  # this call's queued hits left, latest last
+        self._queued_walk: Optional[Iterator] = None  # this call's queued hits left, latest first
         self._clock = 0  # the last touch given
         self._candidates = self._no_candidates()
         self.queued: Optional[QueuedHitIndex] = None  # made with the list, at every reset
@@ -353,12 +353,13 @@ class SWAIslandComponent(SWAComponent):
     def _next_queued_victim(self) -> Optional["UnifiedTreeNode"]:
         """The end of the latest queued hit not yet taken in this call that is live and
         unlocked (None when none is): evicting it breaks that hit's window, whose other nodes
-        are then candidates (``_file_above``). O(queued hits) once per call that gets this far."""
+        are then candidates (``_file_above``). One walk of the queue per call that gets this far,
+        from the latest request back (``QueuedHits.latest_first``), resumed at each step: O(1)
+        per waiting request it passes."""
         if self._queued_walk is None:
-            self._queued_walk = self.queued.hits.in_order()
+            self._queued_walk = self.queued.hits.latest_first()
         ct, lru = self.component_type, self.tree_core.lru_lists[self.component_type]
-        while self._queued_walk:
-            node = self._queued_walk.pop()
+        for node in self._queued_walk:
             if lru.in_list(node) and node.component_data[ct].lock_ref == 0:
                 return node
         return None

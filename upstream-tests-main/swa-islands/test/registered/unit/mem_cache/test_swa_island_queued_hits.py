@@ -19,6 +19,7 @@ from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
 from sglang.srt.managers.schedule_policy import PrefillAdder
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 from sglang.srt.mem_cache.swa_island_formulas import COLD, QUEUED, RETENTION, WINDOW
+from sglang.srt.mem_cache.swa_island_queue import QueuedHits
 from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
 from sglang.srt.mem_cache.unified_cache.components import ComponentType
 from sglang.srt.sampling.sampling_params import SamplingParams
@@ -326,6 +327,52 @@ class TestSWAIslandQueuedHits(unittest.TestCase):
             swa.check_candidates()
         self.evict_swa(cache, 2048)
         self.assertEqual(cache.swa_evictable_size(), 0)
+
+
+class TestQueuedHitsLatestFirst(unittest.TestCase):
+    """``QueuedHits.latest_first``, the order the window eviction takes queued hits in: the
+    distinct match ends of ``in_order`` reversed (a node goes at its earliest waiting request),
+    given lazily."""
+
+    class Waiting:
+        """A waiting request: ``QueuedHits`` holds it weakly."""
+
+    def test_a_node_goes_by_its_earliest_waiting_request(self):
+        root, n1, n2 = object(), object(), object()
+        hits = QueuedHits(root, on_released=lambda node: None)
+        a, b, c = self.Waiting(), self.Waiting(), self.Waiting()
+        for req, node in ((a, n1), (b, n2), (c, n1)):
+            hits.set(req, node)
+        self.assertEqual(list(hits.latest_first()), [n2, n1])  # n1 waits for a, the earliest
+        hits.drop(a)
+        self.assertEqual(list(hits.latest_first()), [n1, n2])  # now for c, after b
+        hits.set(b, root)  # b hits nothing: the root is not a queued hit
+        self.assertEqual(list(hits.latest_first()), [n1])
+
+    def test_it_is_in_order_reversed_under_random_updates(self):
+        rng = random.Random(0)
+        root = object()
+        nodes = [root] + [object() for _ in range(6)]
+        hits = QueuedHits(root, on_released=lambda node: None)
+        waiting = [self.Waiting() for _ in range(30)]
+        for _ in range(400):
+            req = rng.choice(waiting)
+            if rng.random() < 0.3:
+                hits.drop(req)
+            else:
+                hits.set(req, rng.choice(nodes))
+            self.assertEqual(list(hits.latest_first()), hits.in_order()[::-1])
+
+    def test_it_passes_only_the_requests_after_the_end_it_gives(self):
+        root = object()
+        hits = QueuedHits(root, on_released=lambda node: None)
+        waiting = [self.Waiting() for _ in range(1000)]
+        ends = [object() for _ in waiting]
+        for req, node in zip(waiting, ends):
+            hits.set(req, node)
+        walk = hits.latest_first()
+        self.assertIs(next(walk), ends[-1])
+        self.assertEqual(len(walk.gi_frame.f_locals["left"]), 1)  # one request passed of 1000
 
 
 if __name__ == "__main__":
