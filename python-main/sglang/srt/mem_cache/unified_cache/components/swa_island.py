@@ -355,7 +355,8 @@ class SWAIslandComponent(SWAComponent):
         unlocked (None when none is): evicting it breaks that hit's window, whose other nodes
         are then candidates (``_file_above``). One walk of the queue per call that gets this far,
         from the latest request back (``QueuedHits.latest_first``), resumed at each step: O(1)
-        per waiting request it passes."""
+        per waiting request it passes. The hits do not change under it: they change only
+        between eviction calls, and each call starts a new walk (``_evict_device_start``)."""
         if self._queued_walk is None:
             self._queued_walk = self.queued.hits.latest_first()
         ct, lru = self.component_type, self.tree_core.lru_lists[self.component_type]
