@@ -12,9 +12,9 @@ its unit tests show answers as stock) and ``SWAIslandUnifiedRadixCache``. Arms:
 - ``islands_window``: the same with ``--swa-islands-eviction window`` (``SWAIslandComponent``),
   which runs on the Python core.
 
-Workload (deterministic, ``--seed``; window 32, page 1, chunk 128, ample pools): clients in
-groups of 8 share a 128-token system prompt; each sends one prompt (system + 128 to 384 tokens of
-its own) committed chunk by chunk through ``checkpoint_kv_cache``, decodes 48 tokens one step at a
+Workload (deterministic, ``--seed``; window 32, page 1, chunk ``cp`` 128 (``--chunk``), ample
+pools): clients in groups of 8 share a 128-token system prompt; each sends one prompt (system +
+``cp`` to ``3 cp`` tokens of its own) committed chunk by chunk through ``checkpoint_kv_cache``, decodes 48 tokens one step at a
 time (``on_decode_progress`` after each, main's decode SWA evictor every 34 tokens) and finishes
 through ``release_kv_cache``; one client after the other. Then, on the built tree (every call
 the real method, ``time.perf_counter``, garbage collector off, median microseconds):
@@ -46,6 +46,14 @@ the real method, ``time.perf_counter``, garbage collector off, median microsecon
 reports the median of the R medians (each run's own medians stay in the JSON): one run's
 microsecond medians on a shared 2-core machine move by up to 1.8x between neighbouring cells.
 
+``--chunk`` sets ``cp``, and with it a running request's decode-island cadence (``cp / 4`` decode
+tokens) and the prompts and probes, which scale with ``cp``. At the default 128 the cadence is one
+window (32), so nearly every window a finished transcript keeps spans two nodes (its last decode
+island and the leaf after it), and every upstream step of an eviction frees one of them; 256 gives
+a cadence of two windows, and the seed's deployment (``cp`` 16384, ``w`` 1024) four.
+``--decode-interval`` sets the cadence alone, as the server's ``--swa-islands-decode-interval``
+does (the island arms only: stock main has no decode islands).
+
 Usage::
 
     .venv-main-islands/bin/python benchmarks/cache_cost_main.py --out benchmarks/results/cache_cost_main
@@ -65,6 +73,7 @@ import sys
 import time
 from array import array
 from pathlib import Path
+from typing import Optional
 
 import _bench_path  # noqa: F401
 
@@ -99,7 +108,8 @@ def log(msg: str) -> None:
     print(f"[cache_cost_main {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def build_cache(arm: str, kv: int, max_reqs: int, ctx: int):
+def build_cache(arm: str, kv: int, max_reqs: int, ctx: int, chunk: int = CHUNK,
+                decode_interval: Optional[int] = None):
     import torch
 
     from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
@@ -122,12 +132,13 @@ def build_cache(arm: str, kv: int, max_reqs: int, ctx: int):
     fields = dict(disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=allocator,
                   page_size=PAGE, sliding_window_size=WINDOW - 1,
                   tree_components=(ComponentType.FULL, ComponentType.SWA),
-                  chunked_prefill_size=CHUNK, tree_core_backend=core)
+                  chunked_prefill_size=chunk, tree_core_backend=core)
     if islands:
         from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
 
         cache = SWAIslandUnifiedRadixCache(CacheInitParams(
-            **fields, enable_swa_islands=True, swa_islands_eviction=order))
+            **fields, enable_swa_islands=True, swa_islands_eviction=order,
+            swa_islands_decode_interval=decode_interval))
     else:
         from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
@@ -139,8 +150,9 @@ def build_cache(arm: str, kv: int, max_reqs: int, ctx: int):
 class Driver:
     """Requests driven the way 0.5.23's scheduler drives the cache (no model runs)."""
 
-    def __init__(self, cache):
+    def __init__(self, cache, chunk: int = CHUNK):
         self.cache = cache
+        self.chunk = chunk  # the cache's chunked prefill size: the prompt commits every chunk tokens
         self.rid = 0
 
     def new_req(self, prompt, req=None):
@@ -224,7 +236,7 @@ class Driver:
         from sglang.srt.mem_cache.common import release_kv_cache
 
         req = self.new_req(prompt, req)
-        for end in range(CHUNK, len(prompt) + CHUNK, CHUNK):
+        for end in range(self.chunk, len(prompt) + self.chunk, self.chunk):
             t0 = time.perf_counter()
             self.commit(req, min(end, len(prompt)))
             if times is not None:
@@ -244,7 +256,8 @@ class Driver:
         return list(prompt) + list(req.output_ids[:-1])
 
 
-def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
+def measure(arm: str, clients: int, seed: int, samples: int, chunk: int = CHUNK,
+            decode_interval: Optional[int] = None) -> dict:
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams, MatchPrefixParams
     from sglang.srt.mem_cache.radix_cache import RadixKey
 
@@ -252,12 +265,13 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
     prompts = []
     for c in range(clients):
         system = [1_000 + (c // GROUP) * SYSTEM + i for i in range(SYSTEM)]
-        own = [rng.randrange(100_000, 900_000) for _ in range(rng.randint(CHUNK, 3 * CHUNK))]
+        own = [rng.randrange(100_000, 900_000) for _ in range(rng.randint(chunk, 3 * chunk))]
         prompts.append(system + own)
-    ctx = SYSTEM + 3 * CHUNK + CHUNK + DECODE + 8
+    ctx = SYSTEM + 3 * chunk + chunk + DECODE + 8
     kv = sum(len(p) + DECODE for p in prompts) + 64 * ctx
-    cache = build_cache(arm, kv, max_reqs=4, ctx=ctx + CHUNK)
-    drv = Driver(cache)
+    cache = build_cache(arm, kv, max_reqs=4, ctx=ctx + chunk, chunk=chunk,
+                        decode_interval=decode_interval)
+    drv = Driver(cache, chunk)
     t0 = time.perf_counter()
     transcripts = [drv.run(p, rng) for p in prompts]
     build_s = time.perf_counter() - t0
@@ -284,18 +298,18 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
             work["match_diverge"].append(hit.device_prefix_len)
         for _ in range(32):
             t = transcripts[rng.randrange(clients)]
-            drv.run(t + [rng.randrange(100_000, 900_000) for _ in range(CHUNK)], rng, times)
+            drv.run(t + [rng.randrange(100_000, 900_000) for _ in range(chunk)], rng, times)
         waiting = []
         for _ in range(QUEUED):
             t = transcripts[rng.randrange(clients)]
-            req = drv.waiting_req(t + [rng.randrange(100_000, 900_000) for _ in range(CHUNK)])
+            req = drv.waiting_req(t + [rng.randrange(100_000, 900_000) for _ in range(chunk)])
             t0 = time.perf_counter()
             cache.on_request_queued(req)
             times["queue"].append((time.perf_counter() - t0) * 1e6)
             waiting.append(req)
         for _ in range(32):
             t = transcripts[rng.randrange(clients)]
-            drv.run(t + [rng.randrange(100_000, 900_000) for _ in range(CHUNK)], rng, times,
+            drv.run(t + [rng.randrange(100_000, 900_000) for _ in range(chunk)], rng, times,
                     suffix="_q64")
         del req  # the loop's last waiting request: it leaves with the others
         waiting.clear()  # admitted elsewhere: the queue lets go of them (weak references)
@@ -303,7 +317,7 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
         component = getattr(cache, "_swa_island_component", None)  # the window order's
         for _ in range(PROBES):
             t = transcripts[rng.randrange(clients)]
-            prompt = t + [rng.randrange(100_000, 900_000) for _ in range(CHUNK)]
+            prompt = t + [rng.randrange(100_000, 900_000) for _ in range(chunk)]
             times["request"].append(drv.serve(prompt, rng))
         live = cache.swa_evictable_size()
         if component is not None:
@@ -317,7 +331,7 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
                 for _ in range(QUEUED):
                     t = transcripts[rng.randrange(clients)]
                     waiting.append(drv.waiting_req(
-                        t + [rng.randrange(100_000, 900_000) for _ in range(CHUNK)]))
+                        t + [rng.randrange(100_000, 900_000) for _ in range(chunk)]))
                     cache.on_request_queued(waiting[-1])
                 queued_at_q64 = 0 if component is None else len(component.queued.hits)
             while left is not None and cache.swa_evictable_size() > left:  # drain, untimed
@@ -333,7 +347,10 @@ def measure(arm: str, clients: int, seed: int, samples: int) -> dict:
             waiting.clear()  # the q64 phase's requests leave (weak references in the queue)
     finally:
         gc.enable()
-    return {"arm": arm, "clients": clients, "build_s": round(build_s, 2),
+    return {"arm": arm, "clients": clients, "chunk": chunk,
+            # the island cache's decode-island cadence (decode tokens; None: stock main has none)
+            "decode_interval": getattr(cache, "decode_island_interval", None),
+            "build_s": round(build_s, 2),
             "tokens_cached": sum(len(t) for t in transcripts), "live_swa_before_evict": live,
             "queued_at_evict": queued_at_evict, "queued_at_q64": queued_at_q64,
             "median_us": {op: round(statistics.median(v), 2) for op, v in times.items() if v},
@@ -475,6 +492,8 @@ def _per_step(runs: list, op: str) -> float:
 def report(result: dict) -> str:
     rows = result["rows"]
     sizes = sorted({r["clients"] for r in rows})
+    (chunk,) = {r.get("chunk", CHUNK) for r in rows}  # one run, one chunk size
+    cadence = {r["decode_interval"] for r in rows if r.get("decode_interval")}  # island arms
     arms = [a for a in ARMS if any(r["arm"] == a for r in rows)]
     cells = by_cell(rows)
     by = {k: v[0] for k, v in cells.items()}
@@ -484,7 +503,9 @@ def report(result: dict) -> str:
          f"{result['git_head']}); {result['runtime_s']:.0f} s on {result['machine']}.", "",
          "Command:", "", "```", result["command"], "```", "",
          "Median microseconds per call (p90 and sample counts in the JSON); window 32, page 1, "
-         "chunk 128, ample pools; see the module docstring for the workload. Ratios: each island "
+         f"chunk {chunk}"
+         + "".join(f", decode islands every {n} decode tokens" for n in sorted(cadence))
+         + ", ample pools; see the module docstring for the workload. Ratios: each island "
          "arm over stock main on the same core (`islands_rust / main_rust`, "
          "`islands_window / main_python`); `main_python / main_rust` is the price of the Python "
          "core itself." + (f" Each cell is the median of {repeats} runs' medians, the arms "
@@ -533,6 +554,14 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=1,
                     help="runs per size and arm, the arms rotated each round; the table gives the "
                          "median of the runs' medians and the range of round-by-round ratios")
+    ap.add_argument("--chunk", type=int, default=CHUNK,
+                    help="the chunked prefill size cp (tokens, at least 8): prompts commit every cp "
+                         "tokens and decode islands come every cp/4 decode tokens; the prompts "
+                         "(system + cp to 3cp tokens) and the probes (cp new tokens) scale with it "
+                         f"(default {CHUNK}: a cadence of one window, {WINDOW})")
+    ap.add_argument("--decode-interval", type=int, default=None, metavar="TOKENS",
+                    help="the island arms' decode-island cadence, as the server's "
+                         "--swa-islands-decode-interval sets it (default: cp/4)")
     ap.add_argument("--quick", action="store_true", help="clients 32,128 and 100 samples")
     ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md (default: print the table)")
     a = ap.parse_args(argv)
@@ -549,13 +578,18 @@ def main(argv=None) -> int:
     rows = []
     if a.repeats < 1:
         ap.error("--repeats must be at least 1")
+    if a.chunk < 8:
+        ap.error(f"--chunk must be at least 8 tokens (a decode island every cp/4), not {a.chunk}")
+    if a.decode_interval is not None and a.decode_interval < 1:
+        ap.error(f"--decode-interval must be at least 1 token, not {a.decode_interval}")
     sizes = [int(x) for x in a.clients.split(",")]
     for i, n in enumerate(sizes):
         for rnd in range(a.repeats):
             for arm in arms[rnd % len(arms):] + arms[:rnd % len(arms)]:
                 log(f"[{i * a.repeats + rnd + 1}/{len(sizes) * a.repeats}] {arm} @ {n} clients"
                     + (f", round {rnd + 1} of {a.repeats}" if a.repeats > 1 else "") + " ...")
-                r = measure(arm, n, a.seed, a.samples)
+                r = measure(arm, n, a.seed, a.samples, chunk=a.chunk,
+                            decode_interval=a.decode_interval)
                 if a.repeats > 1:
                     r["round"] = rnd
                 rows.append(r)

@@ -71,6 +71,10 @@ def test_toy_run_times_every_operation_of_every_arm(tmp_path):
             assert us * steps[op] == pytest.approx(r["us_per_token"][op] * work[op], rel=1e-3), r
     live = {r["arm"]: r["live_swa_before_evict"] for r in result["rows"]}
     rows = {r["arm"]: r for r in result["rows"]}
+    # the default shape: chunk 128, the island caches' decode islands every cp/4 = 32 tokens
+    assert {(a, r["chunk"], r["decode_interval"]) for a, r in rows.items()} == {
+        ("main_rust", 128, None), ("main_python", 128, None), ("islands_rust", 128, 32),
+        ("islands_window", 128, 32)}
     # a diverging match returns at least as much with islands as on stock main (islands keep the
     # SWA behind a mid-node point live), and the same tree gives both cores the same hits
     assert rows["main_rust"]["work_tokens"]["match_diverge"] == \
@@ -140,3 +144,40 @@ def test_repeats_rotate_the_arms_and_the_table_takes_the_median_of_the_runs(tmp_
                  for r, m in zip(runs, [r for r in result["rows"] if r["arm"] == "main_python"]))
     assert f"({per[0]:.2f}–{per[-1]:.2f})" in row
     assert main_target.report(result) == md
+
+
+def test_chunk_and_decode_interval_set_the_shape_and_bad_values_are_refused(tmp_path):
+    """``--chunk`` is the caches' chunked prefill size (the prompts commit every ``cp`` tokens,
+    and scale with it) and ``--decode-interval`` the island caches' decode-island cadence, as the
+    cache itself reports it; the table's header names both. A chunk under 8 tokens or a cadence
+    under 1 is refused with the reason, before anything runs."""
+    from cache_cost import main_target
+
+    py = swa_hold_target_main.venv_python("main_islands", str(_ROOT))
+    script = str(_ROOT / "benchmarks" / "cache_cost_main.py")
+    runs = {}
+    for name, extra in (("cp64", ["--chunk", "64"]),
+                        ("cp64_iv8", ["--chunk", "64", "--decode-interval", "8"])):
+        out = tmp_path / name
+        subprocess.run([py, script, "--clients", "8", "--samples", "3", "--arms",
+                        "main_python,islands_window", "--out", str(out)] + extra,
+                       check=True, cwd=_ROOT, timeout=600)
+        runs[name] = (json.loads(out.with_suffix(".json").read_text()),
+                      out.with_suffix(".md").read_text())
+    for name, cadence in (("cp64", 16), ("cp64_iv8", 8)):
+        result, md = runs[name]
+        rows = {r["arm"]: r for r in result["rows"]}
+        assert (rows["main_python"]["chunk"], rows["islands_window"]["chunk"]) == (64, 64)
+        assert rows["main_python"]["decode_interval"] is None
+        assert rows["islands_window"]["decode_interval"] == cadence, name
+        assert f"window 32, page 1, chunk 64, decode islands every {cadence} decode tokens, " in md
+        assert main_target.report(result) == md
+        # prompts of cp to 3cp own tokens after the 128-token system prompt, 48 decoded
+        assert 8 * (128 + 64 + 48) <= rows["main_python"]["tokens_cached"] <= 8 * (128 + 3 * 64 + 48)
+    # the same prompts and tree either way; only the island cache's cadence differs
+    assert runs["cp64"][0]["rows"][0]["tokens_cached"] == runs["cp64_iv8"][0]["rows"][0]["tokens_cached"]
+    for bad, why in ((["--chunk", "4"], "--chunk must be at least 8 tokens"),
+                     (["--decode-interval", "0"], "--decode-interval must be at least 1 token")):
+        done = subprocess.run([py, script, "--clients", "8"] + bad, capture_output=True, text=True,
+                              cwd=_ROOT, timeout=120)
+        assert done.returncode == 2 and why in done.stderr, done.stderr
