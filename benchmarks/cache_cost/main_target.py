@@ -14,9 +14,9 @@ its unit tests show answers as stock) and ``SWAIslandUnifiedRadixCache``. Arms:
 
 Workload (deterministic, ``--seed``; window 32, page 1, chunk ``cp`` 128 (``--chunk``), ample
 pools): clients in groups of 8 share a 128-token system prompt; each sends one prompt (system +
-``cp`` to ``3 cp`` tokens of its own) committed chunk by chunk through ``checkpoint_kv_cache``, decodes 48 tokens one step at a
-time (``on_decode_progress`` after each, main's decode SWA evictor every 34 tokens) and finishes
-through ``release_kv_cache``; one client after the other. Then, on the built tree (every call
+``cp`` to ``3 cp`` tokens of its own) committed chunk by chunk through ``checkpoint_kv_cache``,
+decodes 48 tokens one step at a time (``on_decode_progress`` after each, main's decode SWA
+evictor every 34 tokens) and finishes through ``release_kv_cache``; one client after the other. Then, on the built tree (every call
 the real method, ``time.perf_counter``, garbage collector off, median microseconds):
 
 - ``match_continue`` / ``match_diverge``: ``match_prefix`` of a cached transcript + one new token,
@@ -49,8 +49,8 @@ microsecond medians on a shared 2-core machine move by up to 1.8x between neighb
 ``--chunk`` sets ``cp``, and with it a running request's decode-island cadence (``cp / 4`` decode
 tokens) and the prompts and probes, which scale with ``cp``. At the default 128 the cadence is one
 window (32), so nearly every window a finished transcript keeps spans two nodes (its last decode
-island and the leaf after it), and every upstream step of an eviction frees one of them; 256 gives
-a cadence of two windows, and the seed's deployment (``cp`` 16384, ``w`` 1024) four.
+island and the leaf after it), which an eviction takes in two upstream steps or more; 256 gives a
+cadence of two windows, and the seed's deployment (``cp`` 16384, ``w`` 1024) four.
 ``--decode-interval`` sets the cadence alone, as the server's ``--swa-islands-decode-interval``
 does (the island arms only: stock main has no decode islands).
 
@@ -152,7 +152,7 @@ class Driver:
 
     def __init__(self, cache, chunk: int = CHUNK):
         self.cache = cache
-        self.chunk = chunk  # the cache's chunked prefill size: the prompt commits every chunk tokens
+        self.chunk = chunk  # the cache's chunked prefill size: a prompt commits every chunk
         self.rid = 0
 
     def new_req(self, prompt, req=None):
@@ -555,8 +555,9 @@ def main(argv=None) -> int:
                     help="runs per size and arm, the arms rotated each round; the table gives the "
                          "median of the runs' medians and the range of round-by-round ratios")
     ap.add_argument("--chunk", type=int, default=CHUNK,
-                    help="the chunked prefill size cp (tokens, at least 8): prompts commit every cp "
-                         "tokens and decode islands come every cp/4 decode tokens; the prompts "
+                    help="the chunked prefill size cp (tokens, at least 8): prompts commit "
+                         "every cp tokens and decode islands come every cp/4 decode tokens; the "
+                         "prompts "
                          "(system + cp to 3cp tokens) and the probes (cp new tokens) scale with it "
                          f"(default {CHUNK}: a cadence of one window, {WINDOW})")
     ap.add_argument("--decode-interval", type=int, default=None, metavar="TOKENS",
