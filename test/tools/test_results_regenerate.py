@@ -44,7 +44,7 @@ RENDERED = (
              "admission_quick_main", "admission_quick_main_auto")
     + _cases("cache_cost.report", "to_markdown", "cache_cost", "cache_cost_before")
     + _cases("cache_cost.main_target", "report", "cache_cost_main", "cache_cost_main_chunk256",
-             "cache_cost_main_interval64")
+             "cache_cost_main_chunk512", "cache_cost_main_interval64")
     + _cases("decode_reuse", "markdown", "decode_reuse", "decode_reuse_main")
     + _cases("swa_hold.report", "to_markdown",
              "swa_hold_quick", "swa_hold_production", "swa_hold_main_quick",
