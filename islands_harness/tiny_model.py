@@ -185,17 +185,28 @@ def build_tiny_model(out_dir: str | os.PathLike | None = None, *, window: int = 
         raise ValueError("layers must be >= 2 to mix sliding and full attention")
     out = pathlib.Path(out_dir) if out_dir is not None else default_model_dir(
         window=window, layers=layers, hidden=hidden, vocab=vocab, seed=seed)
-    out = out.resolve()
+
+    def write(tmp: pathlib.Path) -> dict:
+        fast = _build_tokenizer(tmp, vocab)
+        info = _build_weights(tmp, fast, window=window, layers=layers, hidden=hidden, seed=seed)
+        return {"window": window, "layers": layers, "hidden": hidden, "vocab": vocab,
+                "seed": seed, "weight_std": WEIGHT_STD, **info}
+
+    return build_dir_atomically(out, write)
+
+
+def build_dir_atomically(out: str | os.PathLike, write) -> pathlib.Path:
+    """`out` as `write(tmp)` fills it: a directory with the marker is returned as is; else
+    `write` fills a temporary sibling, whose returned dict becomes the marker (written last),
+    and the sibling is renamed into place, so an interrupted build is never taken as done."""
+    out = pathlib.Path(out).resolve()
     if is_complete(out):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
     tmp.chmod(0o755)
     try:
-        fast = _build_tokenizer(tmp, vocab)
-        info = _build_weights(tmp, fast, window=window, layers=layers, hidden=hidden, seed=seed)
-        meta = {"window": window, "layers": layers, "hidden": hidden, "vocab": vocab,
-                "seed": seed, "weight_std": WEIGHT_STD, **info}
+        meta = write(tmp)
         (tmp / MARKER).write_text(json.dumps(meta, indent=1) + "\n")  # written last
         if out.exists() and not is_complete(out):
             shutil.rmtree(out)  # a half-built directory from an interrupted build
