@@ -18,6 +18,14 @@ import pathlib
 from typing import Sequence
 
 
+NEAR_TIE_LOGITS = 1e-4
+"""An HF next-token margin (top-1 minus top-2 logit) below this is a near-tie that float32
+summation order decides: a server that takes HF's runner-up there is not wrong. Flips measured on
+the tiny models: Laguna 2e-7 to 2e-6 (the soak's own bound, `NEAR_TIE_LOGITS` in
+benchmarks/soak.py, is 1e-5), Gemma 4 1.9e-5 (the equality gate's ext_base, token 187 of 264,
+787 tokens of context)."""
+
+
 @functools.lru_cache(maxsize=4)
 def load_model(model_dir: str, dtype: str = "float32"):
     """The transformers model for `model_dir` in eval mode on CPU (cached)."""
@@ -79,3 +87,97 @@ def greedy_decode(model_dir: str | os.PathLike, prompts: Sequence[Sequence[int]]
         if len(budgets) != len(prompts):
             raise ValueError("max_new_tokens has a different length than prompts")
     return [greedy_decode_one(model_dir, p, n, dtype=dtype) for p, n in zip(prompts, budgets)]
+
+
+class OracleWorker:
+    """`greedy_decode_one` run by another interpreter (its transformers and torch), one process
+    kept for many calls: a model whose checkpoint the caller's transformers cannot load (tiny
+    Gemma 4's vision tower needs transformers >= 5.19, `.venv` has 5.12) is decoded by the
+    environment that serves it. JSON lines on the worker's stdin/stdout; `versions` is what the
+    worker reported at start."""
+
+    def __init__(self, python: str, model_dir: str | os.PathLike, *, threads: int = 2):
+        import json
+        import subprocess
+        import sys
+
+        root = pathlib.Path(__file__).resolve().parent.parent
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        self.model_dir = str(pathlib.Path(model_dir).resolve())
+        self.proc = subprocess.Popen(
+            [python, "-m", "islands_harness.hf_oracle", "--serve", self.model_dir,
+             "--threads", str(threads)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=sys.stderr, text=True, env=env, cwd=str(root))
+        self.versions = json.loads(self._line())
+
+    def _line(self) -> str:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the oracle worker exited (code {self.proc.poll()})")
+        return line
+
+    def __call__(self, input_ids: Sequence[int], max_new_tokens: int) -> list[int]:
+        import json
+
+        self.proc.stdin.write(json.dumps([list(input_ids), max_new_tokens]) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self._line())
+
+    def margin(self, input_ids: Sequence[int]) -> dict:
+        """`next_token_margin` of `input_ids`, computed by the worker."""
+        import json
+
+        self.proc.stdin.write(json.dumps(["margin", list(input_ids)]) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self._line())
+
+    def greedy_decode(self, prompts: Sequence[Sequence[int]],
+                      max_new_tokens: int | Sequence[int]) -> list[list[int]]:
+        budgets = ([max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int)
+                   else list(max_new_tokens))
+        return [self(p, n) for p, n in zip(prompts, budgets)]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+
+    def __enter__(self) -> "OracleWorker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _serve(model_dir: str, threads: int) -> int:
+    """The worker's loop: a versions line, then one output line per input line: `[ids, n]`
+    (greedy ids) or `["margin", ids]` (`next_token_margin`)."""
+    import json
+    import sys
+
+    import torch
+    import transformers
+
+    torch.set_num_threads(threads)
+    load_model(str(pathlib.Path(model_dir).resolve()), "float32")
+    print(json.dumps({"transformers": transformers.__version__, "torch": torch.__version__}),
+          flush=True)
+    for line in sys.stdin:
+        a, b = json.loads(line)
+        out = next_token_margin(model_dir, b) if a == "margin" else greedy_decode_one(model_dir, a, b)
+        print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m islands_harness.hf_oracle",
+                                 description="Serve greedy_decode_one over JSON lines "
+                                             "(OracleWorker's other end).")
+    ap.add_argument("--serve", required=True, metavar="MODEL_DIR")
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    sys.exit(_serve(a.serve, a.threads))
