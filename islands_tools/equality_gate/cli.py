@@ -166,6 +166,9 @@ def make_parser() -> argparse.ArgumentParser:
     ap.add_argument("--oracle-device", default="cpu",
                     help="device for the HF oracle (default cpu, as islands_harness.hf_oracle; "
                          "the GPU gate uses cuda)")
+    ap.add_argument("--oracle-python", default=None, metavar="PYTHON",
+                    help="decode the oracle with this interpreter's transformers (default: this "
+                         "process's); tiny Gemma 4 needs transformers >= 5.19, .venv-main's")
     ap.add_argument("--omp-threads", type=int, default=2,
                     help="OMP threads per CPU server and for the HF oracle (default 2)")
     ap.add_argument("--negative-control", action="store_true",
@@ -238,7 +241,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         announce(plan)
         oracle = Oracle(plan.model_dir,
                         pathlib.Path(args.oracle_cache) if args.oracle_cache else None,
-                        args.omp_threads, args.oracle_device)
+                        args.omp_threads, args.oracle_device, args.oracle_python)
         tally = Tally.start(args)
         run_pages(plan, oracle, tally)
     except GateError as e:

@@ -22,11 +22,16 @@ class Oracle:
     """transformers fp32 greedy (islands_harness.hf_oracle), cached on disk by content hash."""
 
     def __init__(self, model_dir: pathlib.Path, cache_path: Optional[pathlib.Path], threads: int,
-                 device: str = "cpu"):
+                 device: str = "cpu", python: Optional[str] = None):
         self.model_dir = model_dir
         self.cache_path = cache_path
         self.threads = threads
         self.device = device
+        self.worker = None
+        if python:  # another interpreter's transformers decodes (hf_oracle.OracleWorker)
+            from islands_harness.hf_oracle import OracleWorker
+
+            self.worker = OracleWorker(python, model_dir, threads=threads)
         self.calls = 0
         self.hits = 0
         self.seconds = 0.0
@@ -41,11 +46,15 @@ class Oracle:
                 self._cache = {}
 
     def _fingerprint(self) -> str:
-        import torch
-        import transformers
+        if self.worker is not None:
+            versions = self.worker.versions
+        else:
+            import torch
+            import transformers
 
+            versions = {"transformers": transformers.__version__, "torch": torch.__version__}
         h = hashlib.sha256(model_hash(self.model_dir).encode())
-        h.update(f"transformers={transformers.__version__} torch={torch.__version__} "
+        h.update(f"transformers={versions['transformers']} torch={versions['torch']} "
                  f"device={self.device}".encode())
         return h.hexdigest()
 
@@ -60,7 +69,9 @@ class Oracle:
 
         torch.set_num_threads(self.threads)
         t = time.monotonic()
-        if self.device == "cpu":
+        if self.worker is not None:
+            out = self.worker(ids, n)
+        elif self.device == "cpu":
             out = greedy_decode_one(self.model_dir, ids, n)
         else:
             out = self._greedy_on_device(ids, n)
@@ -69,6 +80,14 @@ class Oracle:
         self._cache[key] = list(out)
         self._save()
         return list(out)
+
+    def margin(self, ids: list[int]) -> dict:
+        """HF's next-token margin after ``ids`` (hf_oracle.next_token_margin), not cached."""
+        if self.worker is not None:
+            return self.worker.margin(ids)
+        from islands_harness.hf_oracle import next_token_margin
+
+        return next_token_margin(self.model_dir, ids)
 
     def _greedy_on_device(self, ids: list[int], n: int) -> list[int]:
         """hf_oracle.greedy_decode_one's computation (fp32, KV cache, EOS off) on another device

@@ -84,6 +84,55 @@ def test_main_negative_control_wrong_frontier_fails(quick_gate, tmp_path):
     assert any("outputs differ" in f for f in summary["failures"])
 
 
+# ---- Gemma 4 (issue 49): the same gate and control on the tiny published-layout checkpoint -----
+
+
+def _gemma4_target() -> tuple[str, ...]:
+    from islands_harness.models import get_model
+
+    m = get_model("gemma4")
+    return (*TARGET, "--model", str(m.build()), "--server-args", " ".join(m.server_args),
+            "--oracle-python", str(MAIN_PYTHON))
+
+
+@pytest.fixture(scope="module")
+def gemma4_gate(tmp_path_factory):
+    return quick_gate_run(tmp_path_factory.mktemp("equality_gate_gemma4"), *_gemma4_target())
+
+
+@pytest.mark.server
+@needs_main
+def test_gemma4_quick_gate_passes(gemma4_gate):
+    """Islands off and on, tiny Gemma 4 (dense, per-layer inputs): byte-identical outputs, equal
+    to transformers' Gemma 4 (5.19, decoded in .venv-main-islands), islands hit, pools
+    conserved."""
+    rc, out, summary, _ = gemma4_gate
+    assert rc == 0, f"equality gate (main, Gemma 4) failed (exit {rc}); tail:\n{out[-3000:]}"
+    assert "EQUALITY GATE: PASS" in out and "tiny-gemma4-dense" in out
+    page = summary["pages"]["1"]
+    for cls in ("cold", "reserve", "extension", "concurrent", "multiturn", "junction"):
+        c = page["per_class"][cls]
+        assert c["identical"] == c["n"] > 0, (cls, c)
+    cached_on, cached_off = page["cached_on"], page["cached_off"]
+    probes = [k for k in cached_on if k.startswith("ext_probe")]
+    assert probes and max(cached_on[k] - cached_off[k] for k in probes) > 0, (cached_on, cached_off)
+
+
+@pytest.mark.server
+@needs_main
+def test_gemma4_negative_control_wrong_frontier_fails(gemma4_gate, tmp_path):
+    _, _, _, ref = gemma4_gate
+    assert ref.exists(), "the Gemma 4 gate did not record an islands-off reference"
+    js = tmp_path / "control.json"
+    rc, out = run_gate(*_gemma4_target(), "--quick", "--negative-control", "--reference", str(ref),
+                       "--json-out", str(js))
+    assert rc == 1, f"the negative control must FAIL with exit 1, got {rc}; tail:\n{out[-3000:]}"
+    summary = json.loads(js.read_text())
+    assert summary["shim_active"] is True, "the wrong-frontier shim did not run in the server"
+    assert summary["pages"]["1"]["first_difference"] is not None
+    assert any("outputs differ" in f for f in summary["failures"])
+
+
 # ---- fast checks ------------------------------------------------------------------------------
 
 
