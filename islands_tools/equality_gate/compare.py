@@ -19,6 +19,8 @@ from .setup import say
 from .workload import CLASSES, Req, Step, all_reqs
 
 Oracle = Callable[[list[int], int], list[int]]
+"""`(ids, n) -> HF's greedy ids`, with `.margin(ids)` (hf_oracle.next_token_margin): the gate's
+oracle.Oracle."""
 
 
 def first_diff(a: list[int], b: list[int]) -> int:

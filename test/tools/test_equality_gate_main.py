@@ -151,6 +151,40 @@ def test_a_benign_logged_traceback_is_no_alarm():
     assert alarm_lines("[t] SWA Pool Mem Leak Detected! x\n") == ["[t] SWA Pool Mem Leak Detected! x"]
 
 
+def test_a_cold_serve_off_hf_only_at_a_near_tie_on_hfs_runner_up_is_a_note():
+    """The strict oracle policy: a cold serve both boots agree on fails when it parts from HF,
+    unless HF's margin at that token is below NEAR_TIE_LOGITS and the server took HF's runner-up
+    (float32 summation order decides such a token)."""
+    from islands_harness.hf_oracle import NEAR_TIE_LOGITS
+    from islands_tools.equality_gate.boot import Served
+    from islands_tools.equality_gate.compare import Verdict, agreement_against_hf
+    from islands_tools.equality_gate.workload import Req
+
+    class FakeOracle:
+        def __init__(self, margin):
+            self.m = margin
+
+        def margin(self, ids):
+            assert ids == [1, 2, 3, 7, 8], ids  # the prompt + HF's output up to the difference
+            return {"top": 9, "runner_up": 5, "margin": self.m}
+
+    r = Req(name="c", cls="cold", expect="cold", ids=[1, 2, 3], n=4)
+    served = Served(output_ids=[7, 8, 5, 6], cached_tokens=0, prompt_tokens=3)
+    hf = [7, 8, 9, 6]
+    verdicts = {}
+    for name, margin in (("tie", NEAR_TIE_LOGITS / 2), ("gap", NEAR_TIE_LOGITS * 2)):
+        v = Verdict(hf_off=False, hf_on=False)
+        agreement_against_hf(r, "cold", served, served, [1, 2, 3], hf, FakeOracle(margin), True,
+                             "on", v)
+        verdicts[name] = v
+    assert verdicts["tie"].failure is None and "NEAR TIE" in verdicts["tie"].note
+    assert "cold serve differs from HF" in verdicts["gap"].failure
+    other = Served(output_ids=[7, 8, 4, 6], cached_tokens=0, prompt_tokens=3)  # not the runner-up
+    v = Verdict(hf_off=False, hf_on=False)
+    agreement_against_hf(r, "cold", other, other, [1, 2, 3], hf, FakeOracle(1e-9), True, "on", v)
+    assert v.failure and "cold serve differs from HF" in v.failure
+
+
 def test_main_shim_is_test_only():
     """The 0.5.23 control shim never reaches the production path of the main target."""
     assert SHIM.is_file()
