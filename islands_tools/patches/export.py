@@ -24,6 +24,13 @@ way, from patches-main/series (``main_target``'s list and modules), on pristine 
 
   fix-torch-native-swa-read  patches-main 0001 + its regression test    (from pristine)
   fix-input-ids-vocab        patches-main 0002 + its regression test    (from pristine)
+  fix-hicache-cpu-device     patches-main 0012 + its regression test    (from pristine)
+  fix-gemma4-router-norm-native
+                             patches-main 0014 + its regression test    (from pristine)
+  fix-torch-native-attention-sinks
+                             patches-main 0013 + its regression test    (on
+                             fix-torch-native-swa-read, whose context it needs: the target's
+                             ``fix_bases``; a based fix comes after its base in MAIN_FIXES)
   swa-islands                every other patch of patches-main/series, in the series' order; our
                              modules (python-main/sglang/... and the shared modules patches_main
                              installs) enter with the first patch that imports them; a test of
@@ -99,6 +106,7 @@ CI_HEADER = ('\nfrom sglang.test.ci.ci_register import register_cpu_ci\n\n'
              'register_cpu_ci(est_time=5, suite="base-a-test-cpu")\n')
 # Text of ours that must not reach upstream: our files and paths upstream does not have.
 LEAKS = re.compile(r"islands_harness|islands_tools|\bbenchmarks/|\bscripts/|\bpatches/|"
+                   r"\bpatches-main/|\bupstream-tests(?:-main)?/|"
                    r"docs/PR\.md|\bREADME\b|\btest/(?:engine/|server/|tools/)?test_\w+")
 TEST_ENV = "SGLANG_USE_CPU_ENGINE=1 TRITON_INTERPRET=1"
 
@@ -182,6 +190,31 @@ class ExportTarget:
     test_notes: List[str]
     # (args) -> (pristine upstream, the series' patches, {package path: our module's source})
     load: Callable[..., Tuple[Upstream, List[Path], Dict[str, Path]]]
+    # stand-alone series -> the fix series it is based on (a fix not named: on pristine); the
+    # base must come earlier in ``fixes``, whose branches are built in order
+    fix_bases: Dict[str, str] = field(default_factory=dict)
+
+    def base_of(self, series: str) -> str:
+        """The branch a series is based on: ``main`` (pristine) or a fix series."""
+        if series == ISLANDS:
+            return self.islands_base
+        return self.fix_bases.get(series, "main")
+
+    def base_chain(self, series: str) -> List[str]:
+        """The fix series under a series, the one on pristine first."""
+        chain, base = [], self.base_of(series)
+        while base != "main":
+            if base in chain or base not in self.fixes:
+                raise PatchesError(f"the base of {series} ({base}) is not a fix series of the "
+                                   "target, or the bases form a cycle")
+            chain.insert(0, base)
+            base = self.base_of(base)
+        return chain
+
+    def base_text(self, series: str) -> str:
+        """What a series applies to, in words: 'pristine sglang==V[ + the X series ...]'."""
+        return " + ".join([f"pristine sglang=={self.version}",
+                           *(f"the {b} series" for b in self.base_chain(series))])
 
     @property
     def base_tag(self) -> str:
@@ -257,7 +290,13 @@ MAIN_UPSTREAM_TESTS = REPO / "upstream-tests-main"
 MAIN_FIXES = {  # series name -> the patches-main patch it carries
     "fix-torch-native-swa-read": "harness-only-torch-native-translate-swa-kv-reads",
     "fix-input-ids-vocab": "tokenizer-manager-refuse-input-ids-outside-the-vocab",
+    "fix-hicache-cpu-device": "harness-only-hicache-on-a-cpu-device-pool",
+    "fix-gemma4-router-norm-native": "layernorm-gemma4rmsnorm-native-path-applies-a-folded-sc",
+    # after its base: build_repo branches each fix from its base, in this order
+    "fix-torch-native-attention-sinks": "harness-only-torch-native-attention-sinks",
 }
+# A fix whose patch needs another fix (the same file, overlapping context): series -> its base.
+MAIN_FIX_BASES = {"fix-torch-native-attention-sinks": "fix-torch-native-swa-read"}
 _MAIN_UNIT = "test/registered/unit/"
 # Each island test of the 0.5.23 series enters with the patch it tests (a test not named here:
 # with the series' last patch; a helper beside the tests: with the first test that imports it).
@@ -287,11 +326,16 @@ TARGET_MAIN = ExportTarget(
     harness_tests=[],
     test_env="SGLANG_USE_CPU_ENGINE=1",
     fixes_note=(
-        "- The two fixes are upstream bug fixes independent of islands, each a PR of its own with "
+        "- The fixes are upstream bug fixes independent of islands, each a PR of its own with "
         "its regression test. The islands series does not contain them; it is based on "
         "`fix-torch-native-swa-read`, without which the CPU (torch_native) server reads "
         "sliding-window KV with full-pool slot ids and crashes on any hybrid SWA model. It does "
-        "not need the other fix."),
+        "not need the others (`fix-hicache-cpu-device` lets HiCache run on the CPU engine, "
+        "`fix-gemma4-router-norm-native` makes Gemma 4 MoE route correctly on the native norm "
+        "path, `fix-torch-native-attention-sinks` gives the CPU backend GPT-OSS's attention "
+        "sinks). `fix-torch-native-attention-sinks` changes `torch_native_backend.py` next to "
+        "`fix-torch-native-swa-read` (overlapping context) and is based on it; every other fix "
+        "is based on pristine."),
     order_note=(
         "- Islands order: the flags and their resolution step first, then the cache parameters, "
         "the registry that builds `SWAIslandUnifiedRadixCache`, then the scheduler hooks the "
@@ -319,12 +363,14 @@ TARGET_MAIN = ExportTarget(
         "tree core (`python`, `rust`).",
     ],
     load=_load_main,
+    fix_bases=MAIN_FIX_BASES,
 )
 TARGETS = {TARGET_0515.version: TARGET_0515, TARGET_MAIN.version: TARGET_MAIN}
 
 
 def _wrap(paragraph: str, width: int = 72) -> str:
-    return "\n".join(textwrap.wrap(paragraph, width, break_on_hyphens=False)) + "\n"
+    return "\n".join(textwrap.wrap(paragraph, width, break_on_hyphens=False,
+                                  break_long_words=False)) + "\n"
 
 
 def slug(patch: Path) -> str:
@@ -632,8 +678,14 @@ def build_repo(repo: Path, upstream, steps: Dict[str, List[Step]], ident,
                target: Optional[ExportTarget] = None) -> None:
     target = target or TARGET_0515
     init_pristine(repo, upstream, target)
+    built = {"main"}
     for series in target.fixes:
-        run_git(repo, "checkout", "-q", "-b", series, "main")
+        base = target.base_of(series)
+        if base not in built:
+            raise PatchesError(f"{series} is based on {base}, which must come before it in the "
+                               "target's fixes (a fix series, built in order)")
+        run_git(repo, "checkout", "-q", "-b", series, base)
+        built.add(series)
         for step in steps[series]:
             commit_step(repo, step, ident)
     build_islands(repo, steps[ISLANDS], ident, target)
@@ -641,7 +693,7 @@ def build_repo(repo: Path, upstream, steps: Dict[str, List[Step]], ident,
 
 
 def series_base(series: str, target: Optional[ExportTarget] = None) -> str:
-    return (target or TARGET_0515).islands_base if series == ISLANDS else "main"
+    return (target or TARGET_0515).base_of(series)
 
 
 def check_branches(repo: Path, target: Optional[ExportTarget] = None) -> int:
@@ -691,8 +743,7 @@ def write_series(repo: Path, out: Path, series: str,
     if bad:
         raise PatchesError("exported text names files of this repo that upstream lacks:\n  "
                            + "\n  ".join(bad))
-    base = (f"pristine sglang=={target.version}" if series != ISLANDS else
-            f"pristine sglang=={target.version} + the {target.islands_base} series")
+    base = target.base_text(series)
     (dest / "series").write_text(
         f"# {series}: {len(names)} patch(es) on {base}, in this order (git am).\n"
         "# Written by `scripts/patches.py export`; see ../README.md.\n"
@@ -724,7 +775,8 @@ def cover_note(repo: Path, entries: Dict[str, List[str]], names: Dict[str, List[
         "## Series", "",
     ]
     for series in [*target.fixes, ISLANDS]:
-        base = f"`{target.islands_base}`" if series == ISLANDS else "pristine"
+        base = (f"`{target.base_of(series)}`" if target.base_of(series) != "main"
+                else "pristine")
         lines.append(f"### `{series}/` (on {base}; {len(names[series])} patch(es))")
         lines.append("")
         for i, c in enumerate(_commits(repo, series, target), 1):

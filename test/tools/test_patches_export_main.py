@@ -44,7 +44,13 @@ if not WHEELS:
 
 
 def base_of(series):
-    return MAIN.islands_base if series == export.ISLANDS else "pristine"
+    """The branch a series is exported on, in the checkout (whose pristine branch is `pristine`)."""
+    base = MAIN.base_of(series)
+    return "pristine" if base == "main" else base
+
+
+def fix_patch(series):
+    return next(p for p in PM.series("islands") if export.slug(p) == MAIN.fixes[series])
 
 
 def island_patches():
@@ -100,15 +106,17 @@ def test_each_series_applies_as_exported_and_every_commit_imports_only_what_exis
 def test_fix_series_are_their_patch_and_regression_test(checkout):
     root, _ = checkout
     upstream = PM.P.Upstream(WHEELS[0])
-    for series, name in MAIN.fixes.items():
-        patch = next(p for p in PM.series("islands") if export.slug(p) == name)
-        changed = git(root, "diff", "--name-only", f"pristine..{series}").stdout.split()
+    for series in MAIN.fixes:
+        patch = fix_patch(series)
+        changed = git(root, "diff", "--name-only", f"{base_of(series)}..{series}").stdout.split()
         tests = sorted((MAIN.upstream_tests / series).rglob("test_*.py"))
         assert tests, series
         assert sorted(changed) == sorted(
             [f"python/sglang/{r}" for r in PM.touched_files([patch])]
             + [t.relative_to(MAIN.upstream_tests / series).as_posix() for t in tests]), series
-        for rel, data in PM.staged(upstream, [patch]).items():
+        # a fix based on another one: its tip is pristine + the base's patch(es) + its own
+        chain = [fix_patch(b) for b in MAIN.base_chain(series)]
+        for rel, data in PM.staged(upstream, [*chain, patch]).items():
             assert git(root, "show", f"{series}:python/sglang/{rel}").stdout.encode() == data, rel
 
 
@@ -122,16 +130,17 @@ def test_islands_series_is_the_main_series_in_order(checkout):
 
 def test_islands_tip_is_the_main_series_and_modules_without_the_other_fix(checkout):
     """Nothing lost: the islands tip holds what scripts/patches_main.py installs (the islands
-    series on pristine files, our modules and the shared ones), except the files only the other
-    stand-alone fix touches, which stay pristine, and every island test."""
+    series on pristine files, our modules and the shared ones) without the stand-alone fixes it
+    is not based on (a file only they touch stays pristine), and every island test."""
     root, _ = checkout
     upstream = PM.P.Upstream(WHEELS[0])
-    staged = PM.staged(upstream, PM.series("islands"))
-    other = {r for s, n in MAIN.fixes.items() if s != MAIN.islands_base
-             for p in PM.series("islands") if export.slug(p) == n for r in PM.touched_files([p])}
-    for rel, data in staged.items():
+    under = {MAIN.fixes[s] for s in MAIN.base_chain(export.ISLANDS)}
+    tip_patches = [p for p in PM.series("islands")
+                   if export.slug(p) in under or export.slug(p) not in MAIN.fixes.values()]
+    staged = PM.staged(upstream, tip_patches)
+    for rel in PM.touched_files(PM.series("islands")):
         tip = git(root, "show", f"{export.ISLANDS}:python/sglang/{rel}").stdout.encode()
-        assert tip == (upstream.read(rel) if rel in other else data), rel
+        assert tip == staged.get(rel, upstream.read(rel)), rel
     modules = PM.overlay("islands", upstream)
     assert "srt/mem_cache/swa_island_formulas.py" in modules
     for rel, src in modules.items():

@@ -6,8 +6,8 @@
   takes them away again, ``revert`` restores the release, and a file someone else changed is
   refused, changing nothing;
 - each stand-alone fix's regression test (``upstream-tests-main/<series>/``, upstream's layout)
-  fails on the pristine release and passes with its patch, run by ``.venv-main``'s interpreter
-  on a copy of the wheel's package;
+  fails on the pristine release (a fix the export bases on another fix: on pristine + that fix)
+  and passes with its patch, run by ``.venv-main``'s interpreter on a copy of the wheel's package;
 - the islands environment (``.venv-main-islands``, ``scripts/setup_main.sh --islands``) holds this
   checkout's islands series, and the stock one (``.venv-main``) only ``series-stock``.
 
@@ -34,10 +34,28 @@ ISLANDS_PY = REPO / ".venv-main-islands" / "bin" / "python"
 UPSTREAM_TESTS = REPO / "upstream-tests-main"
 # Each stand-alone fix of the islands series and the directory of its regression test.
 FIXES = {"fix-input-ids-vocab": "0002-tokenizer-manager-refuse-input-ids-outside-the-vocab.patch",
-         "fix-torch-native-swa-read": "0001-harness-only-torch-native-translate-swa-kv-reads.patch"}
+         "fix-torch-native-swa-read": "0001-harness-only-torch-native-translate-swa-kv-reads.patch",
+         "fix-hicache-cpu-device": "0012-harness-only-hicache-on-a-cpu-device-pool.patch",
+         "fix-gemma4-router-norm-native":
+             "0014-layernorm-gemma4rmsnorm-native-path-applies-a-folded-sc.patch",
+         "fix-torch-native-attention-sinks": "0013-harness-only-torch-native-attention-sinks.patch"}
 
 
 import islands_tools.patches.main_target as PM  # noqa: E402  (what scripts/patches_main.py runs)
+from islands_tools.patches.export import TARGET_MAIN  # noqa: E402
+
+# A fix series based on another fix (its patch needs that one's context): series -> its base, as
+# the export bases its branch. Its regression test runs on the base and on the base + the fix.
+FIX_BASES = TARGET_MAIN.fix_bases
+
+
+def fix_chain(series: str) -> list:
+    """The patches of the fix series under ``series``, the one on pristine first."""
+    chain = []
+    while series in FIX_BASES:
+        series = FIX_BASES[series]
+        chain.insert(0, PM.PATCHES / FIXES[series])
+    return chain
 
 WHEELS = [w for w in sorted(PM.CACHE.glob(f"sglang-{PM.SGLANG_VERSION}-*.whl"))
           if PM.P.sha256_file(w) == PM.WHEEL_SHA256]
@@ -245,16 +263,29 @@ def _run_upstream_test(series: str, python_root: Path, tmp_path: Path):
 @pytest.mark.parametrize("series", sorted(FIXES))
 def test_fix_regression_test_fails_on_pristine_and_passes_with_the_fix(
         series, pristine_package, tmp_path):
+    """On pristine (a based fix: pristine + its base fixes, FIX_BASES) the test fails; with the
+    fix's patch on top it passes."""
     patch = PM.PATCHES / FIXES[series]
-    assert patch.name in [p.name for p in PM.series("islands")]
-    bad = _run_upstream_test(series, pristine_package, tmp_path / "pristine")
-    assert bad.returncode == 1 and " failed" in bad.stdout, bad.stdout[-3000:] + bad.stderr[-2000:]
+    islands = [p.name for p in PM.series("islands")]
+    assert patch.name in islands
+    base = fix_chain(series)
+    assert all(islands.index(b.name) < islands.index(patch.name) for b in base), (
+        "a fix's base comes before it in the series")
 
-    fixed = tmp_path / "fixed"
-    shutil.copytree(pristine_package / "sglang", fixed / "python" / "sglang")
-    r = subprocess.run(["git", "apply", str(patch)], cwd=str(fixed), capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    good = _run_upstream_test(series, fixed / "python", tmp_path / "fixed-run")
+    def package(name, patches):
+        if not patches:
+            return pristine_package
+        root = tmp_path / name
+        shutil.copytree(pristine_package / "sglang", root / "python" / "sglang")
+        for p in patches:
+            r = subprocess.run(["git", "apply", str(p)], cwd=str(root), capture_output=True,
+                               text=True)
+            assert r.returncode == 0, f"{p.name}: {r.stderr}"
+        return root / "python"
+
+    bad = _run_upstream_test(series, package("base", base), tmp_path / "pristine")
+    assert bad.returncode == 1 and " failed" in bad.stdout, bad.stdout[-3000:] + bad.stderr[-2000:]
+    good = _run_upstream_test(series, package("fixed", [*base, patch]), tmp_path / "fixed-run")
     assert good.returncode == 0, good.stdout[-3000:] + good.stderr[-2000:]
 
 
