@@ -1,6 +1,7 @@
 """The tiny models the harness serves, by name: how to build each, the server arguments it needs
 and the targets that serve it. One module per architecture builds the checkpoint
-(`tiny_model`: Laguna, `tiny_gemma4`: Gemma 4); this table is the only place that names them.
+(`tiny_model`: Laguna, `tiny_gemma4`: Gemma 4, `tiny_gpt_oss`: GPT-OSS); this table is the only
+place that names them.
 
     from islands_harness.models import MODELS, model_names
     m = MODELS["gemma4"]
@@ -16,6 +17,7 @@ import pathlib
 from typing import Callable
 
 from islands_harness import tiny_gemma4
+from islands_harness.tiny_gpt_oss import build_tiny_gpt_oss
 from islands_harness.tiny_model import MARKER, build_tiny_model
 
 TARGETS = ("0.5.15.post1", "0.5.23")
@@ -50,6 +52,10 @@ MODELS: dict[str, TinyModel] = {
         "gemma4-moe", "Gemma 4 (published layout), 5 sliding + 1 full, 26B-A4B's MoE block",
         lambda window: tiny_gemma4.build_tiny_gemma4("moe", window=window),
         tiny_gemma4.SERVER_ARGS, ("0.5.23",)),
+    "gpt-oss": TinyModel(
+        "gpt-oss", "GptOssForCausalLM, 4 layers S F S F, window 128, sinks, MoE every layer",
+        lambda window: build_tiny_gpt_oss(window=window),
+        ("--attention-backend", "intel_amx", "--context-length", "2048"), ("0.5.23",)),
 }
 
 

@@ -55,7 +55,7 @@ def test_the_tiny_text_config_keeps_the_seed_models_structure(variant):
 def test_an_unknown_variant_or_model_is_refused_with_the_choices():
     with pytest.raises(ValueError, match="dense"):
         tiny_gemma4.text_config("sparse", window=32, vocab=64, special={})
-    with pytest.raises(ValueError, match="laguna, gemma4, gemma4-moe"):
+    with pytest.raises(ValueError, match="laguna, gemma4, gemma4-moe, gpt-oss"):
         get_model("gemma5")
     assert get_model("gemma4").serves_on("0.5.23") and not get_model("gemma4").serves_on(
         "0.5.15.post1")
