@@ -1,4 +1,11 @@
-"""Multi-turn chat on the real SGLang server (CPU, tiny hybrid-SWA model), one column per arm.
+"""Multi-turn chat on the real SGLang server (CPU, a tiny hybrid-SWA model), one column per arm,
+then the two hits islands add: a branch inside a prefill chunk and a follow-up sent while its
+predecessor still streams.
+
+Targets (`--target`): 0.5.23 (default; the model tiny Gemma 4, `islands_harness.tiny_gemma4`; arms
+`main` and `main islands`, both from `.venv-main-islands`, the flag the only difference) and
+0.5.15.post1 (tiny Laguna; arms `upstream` and `islands` from `.venv`). `scripts/demo.sh` builds
+the environment the target needs and runs this file with its interpreter.
 
 For each arm: boot `sglang.launch_server` with the shared demo arguments plus the arm's own, run
 the same temperature-0 chat workload through the OpenAI-compatible API (`/v1/chat/completions`
@@ -6,8 +13,7 @@ with the `openai` client; every turn re-sends the whole transcript, so each turn
 radix cache for the previous turns), sample the KV pools from `/metrics` while it runs, stop the
 server by its process group, and finally print one table with a column per arm.
 
-Arms: `ARMS` below. Adding the islands arm is one line there ("islands": ["--enable-swa-islands"]);
-`--arm NAME=ARGS` (repeatable) replaces the default set from the command line.
+Arms: `TARGETS` below; `--arm NAME=ARGS` (repeatable) replaces the default set.
 
 Units: all counts are tokens. "used" is sglang's own pool accounting, `*_num_used` = pool size -
 available - evictable (held by running requests or locked in the tree), the quantity behind the
@@ -33,18 +39,23 @@ from islands_harness.server import (SglangServer,  # noqa: E402
                                     raise_keyboard_interrupt_on_signals)
 from islands_harness import sched_log  # noqa: E402
 from islands_harness.client import fetch_metrics  # noqa: E402
-from islands_harness.tiny_model import build_tiny_model  # noqa: E402
+from islands_harness.conversations import (flush_cache_when_idle,  # noqa: E402
+                                           follow_up_while_running)
+from islands_harness.models import MODELS, get_model, real_vocab  # noqa: E402
 
-# name -> sglang arguments of that arm (on top of DEMO_SERVER_ARGS and --extra-server-args).
-ARMS: dict[str, list[str]] = {
-    "upstream": [],
-    "islands": ["--enable-swa-islands"],
+# target -> (default model, {arm name: sglang arguments on top of DEMO_SERVER_ARGS})
+TARGETS: dict[str, tuple[str, dict[str, list[str]]]] = {
+    "0.5.23": ("gemma4", {"main": [], "main islands": ["--enable-swa-islands"]}),
+    "0.5.15.post1": ("laguna", {"upstream": [], "islands": ["--enable-swa-islands"]}),
 }
+CHUNK = 512
+BRANCH_PROMPT, BRANCH_AT = 900, 700  # the branch falls inside the prompt's second chunk
+FOLLOW_K, FOLLOW_DELTA = 2, 8  # the follow-up carries 2 decode islands (cp/4 = 128) + 8 tokens
 
 WINDOW = 32
 DEMO_SERVER_ARGS = [
     "--page-size", "1",
-    "--chunked-prefill-size", "512",
+    "--chunked-prefill-size", str(CHUNK),
     "--max-total-tokens", "16384",
     "--swa-full-tokens-ratio", "0.25",
     "--enable-metrics",       # /metrics: pool gauges
@@ -91,6 +102,8 @@ class ArmResult:
     swa_used_peak: float = 0.0
     full_used_peak: float = 0.0
     final: dict[str, float] = dataclasses.field(default_factory=dict)
+    branch_cached: int = 0
+    follow_up_output_hit: int = 0
 
 
 class PoolPeaks:
@@ -156,8 +169,30 @@ def run_chat(srv: SglangServer, pools: PoolPeaks, res: ArmResult, *, convs: int,
                 f"SWA used peak {swa_peak:.0f}, full used peak {full_peak:.0f}, {dt:.2f} s")
 
 
+def run_probes(srv: SglangServer, res: ArmResult, vocab: int) -> None:
+    """From a flushed tree: a prompt, then one diverging from it at BRANCH_AT (inside a chunk);
+    then a follow-up carrying FOLLOW_K decode islands of a still-running reply."""
+    import random
+
+    rng = random.Random(49)
+    flush_cache_when_idle(srv)
+    p = [rng.randrange(4, vocab) for _ in range(BRANCH_PROMPT)]
+    srv.generate(p, 8)
+    res.branch_cached = srv.generate(p[:BRANCH_AT] + [rng.randrange(4, vocab) for _ in range(40)],
+                                     8).cached_tokens
+    flush_cache_when_idle(srv)
+    prompt = [rng.randrange(4, vocab) for _ in range(200)]
+    fu = follow_up_while_running(srv, prompt, k=FOLLOW_K, delta=FOLLOW_DELTA, interval=CHUNK // 4,
+                                 a_max_new=1000, abort_a=True, log=lambda *_: None)
+    res.follow_up_output_hit = max(0, fu.b_cached_tokens - len(prompt))
+    log(f"{res.name}: branch at {BRANCH_AT} of a {BRANCH_PROMPT}-token prompt: cached "
+        f"{res.branch_cached}; follow-up at output token {fu.generated_at_send}: "
+        f"{res.follow_up_output_hit} output tokens hit")
+
+
 def run_arm(name: str, arm_args: list[str], model: pathlib.Path, a) -> ArmResult:
-    args = DEMO_SERVER_ARGS + shlex.split(a.extra_server_args) + arm_args
+    args = (list(get_model(a.model).server_args) + DEMO_SERVER_ARGS
+            + shlex.split(a.extra_server_args) + arm_args)
     res = ArmResult(name, args)
     log(f"{name}: booting sglang ({' '.join(arm_args) or 'no arm arguments'}) ...")
     t0 = time.monotonic()
@@ -172,6 +207,8 @@ def run_arm(name: str, arm_args: list[str], model: pathlib.Path, a) -> ArmResult
         t_work = time.monotonic()
         run_chat(srv, pools, res, convs=a.convs, turns=a.turns, max_tokens=a.max_tokens)
         res.wall_s = time.monotonic() - t_work
+        if not a.no_probes:
+            run_probes(srv, res, a.vocab)
         res.final = {k.removeprefix("sglang:"): v for k, v in srv.metrics().items()
                      if k.startswith(("sglang:swa_", "sglang:kv_")) and k.endswith("_tokens")}
         log(f"{name}: stopping server pid {srv.pid}")
@@ -212,6 +249,9 @@ def report(results: list[ArmResult]) -> None:
         ["SWA used, end"] + [r.final.get("swa_used_tokens", 0.0) for r in results],
         ["SWA evictable, end"] + [r.final.get("swa_evictable_tokens", 0.0) for r in results],
         ["full evictable, end"] + [r.final.get("kv_evictable_tokens", 0.0) for r in results],
+        [f"branch at {BRANCH_AT}: cached"] + [r.branch_cached for r in results],
+        [f"follow-up at output {FOLLOW_K * CHUNK // 4 + FOLLOW_DELTA}: output hit"]
+        + [r.follow_up_output_hit for r in results],
         ["boot to healthy (s)"] + [r.boot_s for r in results],
         ["workload wall (s)"] + [r.wall_s for r in results],
     ]
@@ -242,10 +282,20 @@ def parse_arm(spec: str) -> tuple[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        description="Multi-turn chat demo on the real SGLang server (CPU, tiny hybrid-SWA model).",
-        epilog="example: scripts/demo.sh --arm upstream= --arm 'islands=--enable-swa-islands'")
+        description="Multi-turn chat demo on the real SGLang server (CPU, tiny hybrid-SWA model), "
+                    "then a branch inside a chunk and a follow-up on a running reply.",
+        epilog="example: scripts/demo.sh --target 0.5.15.post1 --arm upstream= "
+               "--arm 'islands=--enable-swa-islands'")
+    ap.add_argument("--target", choices=sorted(TARGETS), default="0.5.23",
+                    help="the sglang release this interpreter runs (default 0.5.23; demo.sh "
+                         "picks the interpreter)")
+    ap.add_argument("--model", choices=sorted(MODELS), default=None,
+                    help="tiny model (default: gemma4 on 0.5.23, laguna on 0.5.15.post1)")
     ap.add_argument("--arm", action="append", type=parse_arm, metavar="NAME=ARGS",
-                    help=f"an arm to run (repeatable; replaces the default arms {list(ARMS)})")
+                    help="an arm to run (repeatable; replaces the target's default arms: "
+                         + "; ".join(f"{t}: {list(arms)}" for t, (_, arms) in TARGETS.items()) + ")")
+    ap.add_argument("--no-probes", action="store_true",
+                    help="skip the branch and follow-up probes after the chat")
     ap.add_argument("--extra-server-args", default="",
                     help="sglang arguments added to every arm, e.g. '--max-running-requests 4'")
     ap.add_argument("--convs", type=int, default=2, help="conversations (interleaved)")
@@ -255,17 +305,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--boot-timeout", type=float, default=300.0)
     ap.add_argument("--json", default=None, help="also write the results as JSON to this file")
     a = ap.parse_args(argv)
-    arms = dict(a.arm) if a.arm else dict(ARMS)
+    default_model, target_arms = TARGETS[a.target]
+    a.model = a.model or default_model
+    if not get_model(a.model).serves_on(a.target):
+        ap.error(f"--model {a.model} does not run on sglang {a.target} (it runs on "
+                 f"{', '.join(get_model(a.model).targets)})")
+    from importlib.metadata import version
+
+    if version("sglang") != a.target:
+        ap.error(f"this interpreter runs sglang {version('sglang')}, not {a.target}: run "
+                 f"scripts/demo.sh --target {a.target}")
+    arms = dict(a.arm) if a.arm else dict(target_arms)
     raise_keyboard_interrupt_on_signals()  # Ctrl-C / SIGTERM still stop the server by its PID
 
     t0 = time.monotonic()
-    log("building (or reusing) the tiny model ...")
-    model = build_tiny_model(window=WINDOW)
+    log(f"building (or reusing) the tiny {a.model} model ...")
+    model = get_model(a.model).build(window=WINDOW)
+    a.vocab = real_vocab(model)
     log(f"model {model} ready in {time.monotonic() - t0:.1f} s")
     results = [run_arm(name, args, model, a) for name, args in arms.items()]
     report(results)
     if a.json:
-        out = {"command": [sys.executable, *sys.argv], "model": str(model),
+        out = {"command": [sys.executable, *sys.argv], "model": str(model), "target": a.target,
                "arms": [dataclasses.asdict(r) for r in results]}
         pathlib.Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         pathlib.Path(a.json).write_text(json.dumps(out, indent=1) + "\n")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run the test suite in the project's virtual environment (made by scripts/setup.sh).
+# Run the test suite in the project's virtual environment (made by scripts/setup.sh; a missing
+# environment is built first: .venv, .venv-main, .venv-main-islands, .venv-router).
 #
 #   scripts/test.sh                 all tests: .venv/bin/python -m pytest test -q
 #   scripts/test.sh -k patches -x   extra arguments go to pytest
@@ -21,7 +22,23 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PY="${VENV:-$ROOT/.venv}/bin/python"
+# A fresh checkout builds what its tests need (each setup is idempotent and skipped when its
+# environment exists; TEST_NO_SETUP=1 builds nothing). A missing 0.5.23 or router environment is
+# not an error: the tests that need it skip, and this says so in one line.
+if [ "${TEST_NO_SETUP:-0}" != 1 ]; then
+  [ -x "$PY" ] || scripts/setup.sh || { echo "test.sh: error: scripts/setup.sh failed" >&2; exit 1; }
+  for env in ".venv-main:scripts/setup_main.sh" ".venv-main-islands:scripts/setup_main.sh --islands" \
+             ".venv-router:scripts/setup_router.sh"; do
+    dir="${env%%:*}"; cmd="${env#*:}"
+    [ -x "$ROOT/$dir/bin/python" ] && continue
+    echo "test.sh: $dir missing: running $cmd" >&2
+    $cmd || echo "test.sh: $cmd failed: the tests that need $dir will skip" >&2
+  done
+fi
 [ -x "$PY" ] || { echo "test.sh: error: no $PY; run scripts/setup.sh first" >&2; exit 1; }
+for dir in .venv-main .venv-main-islands .venv-router; do
+  [ -x "$ROOT/$dir/bin/python" ] || echo "test.sh: no $dir: its tests skip (TEST_NO_SETUP=1 or its setup failed)" >&2
+done
 
 # Our modules are copied into the venv: refresh them (and the patch series) before testing.
 "$PY" scripts/patches.py apply >/dev/null || { echo "test.sh: error: scripts/patches.py apply failed" >&2; exit 1; }
