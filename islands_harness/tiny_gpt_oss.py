@@ -11,19 +11,15 @@ CLI: `python -m islands_harness.tiny_gpt_oss [--window 128] [--out DIR]` prints 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
-import shutil
 import sys
-import tempfile
 
 from islands_harness.tiny_model import (
     DEFAULT_CACHE,
-    MARKER,
     WEIGHT_STD,
     _build_tokenizer,
-    is_complete,
+    build_dir_atomically,
     randomize_weights,
 )
 
@@ -107,31 +103,15 @@ def build_tiny_gpt_oss(out_dir: str | os.PathLike | None = None, *, window: int 
         raise ValueError("layers must be >= 2 to mix sliding and full attention")
     out = pathlib.Path(out_dir) if out_dir is not None else default_model_dir(
         window=window, layers=layers, hidden=hidden, vocab=vocab, seed=seed)
-    out = out.resolve()
-    if is_complete(out):
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
-    tmp.chmod(0o755)
-    try:
+    def write(tmp: pathlib.Path) -> dict:
         fast = _build_tokenizer(tmp, vocab)
         info = _build_weights(tmp, fast, window=window, layers=layers, hidden=hidden, seed=seed)
-        meta = {"architecture": "GptOssForCausalLM", "window": window, "layers": layers,
+        return {"architecture": "GptOssForCausalLM", "window": window, "layers": layers,
                 "hidden": hidden, "vocab": vocab, "seed": seed, "weight_std": WEIGHT_STD,
                 "sink_std": SINK_STD, "experts": NUM_EXPERTS,
                 "experts_per_token": EXPERTS_PER_TOKEN, **info}
-        (tmp / MARKER).write_text(json.dumps(meta, indent=1) + "\n")  # written last
-        if out.exists() and not is_complete(out):
-            shutil.rmtree(out)
-        try:
-            os.rename(tmp, out)
-        except OSError:
-            if not is_complete(out):
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out
+
+    return build_dir_atomically(out, write)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,20 +51,25 @@ def quick_gate(tmp_path_factory):
 
 @pytest.mark.server
 @needs_main
-def test_main_quick_gate_passes(quick_gate):
-    rc, out, summary, _ = quick_gate
-    assert rc == 0, f"equality gate (main) failed (exit {rc}); tail:\n{out[-3000:]}"
-    assert "EQUALITY GATE: PASS" in out and "target main" in out
+def assert_quick_gate_passed(gate, model: str) -> None:
+    """PASS on page 1: every class identical across boots, and a mid-run probe hit more than the
+    islands-off boot gives it (a decode island)."""
+    rc, out, summary, _ = gate
+    assert rc == 0, f"equality gate (main, {model}) failed (exit {rc}); tail:\n{out[-3000:]}"
+    assert "EQUALITY GATE: PASS" in out and "target main" in out and model in out
     assert summary["target"] == "main"
     page = summary["pages"]["1"]
     for cls in ("cold", "reserve", "extension", "concurrent", "multiturn", "junction"):
         c = page["per_class"][cls]
         assert c["identical"] == c["n"] > 0, (cls, c)
-    # a mid-run probe hit more than the islands-off boot gives it: a decode island
     cached_on, cached_off = page["cached_on"], page["cached_off"]
     probes = [k for k in cached_on if k.startswith("ext_probe")]
     assert probes and max(cached_on[k] - cached_off[k] for k in probes) > 0, (cached_on, cached_off)
     assert cached_on["j_probe"] >= 700, cached_on
+
+
+def test_main_quick_gate_passes(quick_gate):
+    assert_quick_gate_passed(quick_gate, "tiny-laguna")
 
 
 @pytest.mark.server
@@ -106,16 +111,7 @@ def test_gemma4_quick_gate_passes(gemma4_gate):
     """Islands off and on, tiny Gemma 4 (dense, per-layer inputs): byte-identical outputs, equal
     to transformers' Gemma 4 (5.19, decoded in .venv-main-islands), islands hit, pools
     conserved."""
-    rc, out, summary, _ = gemma4_gate
-    assert rc == 0, f"equality gate (main, Gemma 4) failed (exit {rc}); tail:\n{out[-3000:]}"
-    assert "EQUALITY GATE: PASS" in out and "tiny-gemma4-dense" in out
-    page = summary["pages"]["1"]
-    for cls in ("cold", "reserve", "extension", "concurrent", "multiturn", "junction"):
-        c = page["per_class"][cls]
-        assert c["identical"] == c["n"] > 0, (cls, c)
-    cached_on, cached_off = page["cached_on"], page["cached_off"]
-    probes = [k for k in cached_on if k.startswith("ext_probe")]
-    assert probes and max(cached_on[k] - cached_off[k] for k in probes) > 0, (cached_on, cached_off)
+    assert_quick_gate_passed(gemma4_gate, "tiny-gemma4-dense")
 
 
 @pytest.mark.server
