@@ -29,7 +29,7 @@ import requests
 from islands_harness.client import StreamingRequest, fetch_metrics, generate
 from islands_harness.conversations import flush_cache_when_idle, follow_up_while_running
 from islands_harness.e2e_workload import CHUNK, CONCURRENCY, SERVER_ARGS, make_workload
-from islands_harness.hf_oracle import OracleWorker
+from islands_harness.hf_oracle import OracleWorker, parts_at_near_tie
 from islands_harness.main_arm import MAIN_ISLANDS_PYTHON, MAIN_PYTHON
 from islands_harness.models import get_model, real_vocab
 from islands_harness.server import SglangServer, drop_benign_warnings
@@ -166,11 +166,22 @@ def oracle(islands):
     return refs
 
 
+def _differ(outs: dict, refs: dict, prompts: dict, worker: OracleWorker) -> dict:
+    """The outputs that differ from transformers' other than at a near-tie (hf_oracle's
+    NEAR_TIE_LOGITS: sglang's and transformers' Gemma 4 agree to about 1e-4 in log-probability,
+    so a step whose two best tokens are closer may go either way)."""
+    return {k: (outs[k], refs[k]) for k in refs if outs[k] != refs[k]
+            and not parts_at_near_tie(outs[k], refs[k], prompts[k], worker.margin)}
+
+
 def test_gemma4_islands_outputs_equal_transformers(islands, oracle):
     outs = {k: v[0] for k, v in islands["e2e"].items()}
     refs = {k: v for k, v in oracle.items() if k in outs}
     assert set(outs) == set(refs)
-    wrong = {k: (outs[k], refs[k]) for k in refs if outs[k] != refs[k]}
+    seq, conc = make_workload(real_vocab(islands["model"]))
+    prompts = {name: ids for name, ids, _, _ in [*seq, *conc]}
+    with hf(islands["model"]) as w:
+        wrong = _differ(outs, refs, prompts, w)
     assert not wrong, f"{len(wrong)} of {len(refs)} differ from transformers' Gemma 4: {wrong}"
 
 
@@ -246,9 +257,12 @@ def moe():
 def test_gemma4_moe_retracts_and_every_output_equals_transformers(moe):
     assert "KV cache pool is full. Retract requests." in moe["log"]
     assert sum(o["meta_info"].get("num_retractions", 0) for o in moe["batch"]) >= 1
+    prompts = [*moe["retract"], *moe["longer"]]
+    outs = [o["output_ids"] for o in moe["batch"]] + moe["longer_out"]
     with hf(moe["path"]) as w:
-        assert [o["output_ids"] for o in moe["batch"]] == w.greedy_decode(moe["retract"], RETRACT_NEW)
-        assert moe["longer_out"] == w.greedy_decode(moe["longer"], 16)
+        refs = w.greedy_decode(moe["retract"], RETRACT_NEW) + w.greedy_decode(moe["longer"], 16)
+        wrong = _differ(dict(enumerate(outs)), dict(enumerate(refs)), dict(enumerate(prompts)), w)
+    assert not wrong, wrong
 
 
 @pytest.fixture(scope="module")
