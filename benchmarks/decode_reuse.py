@@ -57,6 +57,8 @@ Measured per arm and phase:
 Examples::
 
     .venv/bin/python benchmarks/decode_reuse.py --quick
+    .venv/bin/python benchmarks/decode_reuse.py --model gemma4 --arms main,main_knobs,main_islands \\
+        --omp-threads 1   # tiny Gemma 4 (islands_harness.models), served on the 0.5.23 arms only
     .venv/bin/python benchmarks/decode_reuse.py --json benchmarks/results/decode_reuse.json \\
         --md benchmarks/results/decode_reuse.md
 """
@@ -96,6 +98,7 @@ from islands_harness.main_arm import (  # noqa: E402
     main_islands_python,
     main_python,
 )
+from islands_harness.models import MODELS, get_model, real_vocab  # noqa: E402
 from islands_harness.server import SglangServer  # noqa: E402
 
 WINDOW = 32
@@ -131,6 +134,11 @@ def arm_python(arm: str):
     if arm == "main_islands":
         return main_islands_python()
     return main_python() if arm in MAIN_ARMS else None
+
+
+def arm_target(arm: str) -> str:
+    """The sglang release ``arm`` boots: 0.5.23 for the main arms, else 0.5.15.post1."""
+    return "0.5.23" if arm in MAIN_ARMS or arm == "main_islands" else "0.5.15.post1"
 # The upstream baseline measured on this model and shape (prompt 2000, 300 tokens per turn,
 # 50 user tokens; /work/shared/reference/cpu-spike/baseline, multiturn): cached / prompt tokens.
 BASELINE = {
@@ -358,9 +366,12 @@ def island_counts(srv: SglangServer) -> tuple[Any, Any]:
 
 
 def run_arm(model: pathlib.Path, vocab_hi: int, arm: str, shape: Shape,
-            extra_args: list[str]) -> dict[str, Any]:
-    """One boot of ``arm``: the three phases in order, the cache flushed before each."""
-    srv = SglangServer(model, SERVER_ARGS + ARMS[arm] + extra_args, boot_timeout_s=900,
+            extra_args: list[str], model_args: list[str] = (),
+            omp_threads: int = 2) -> dict[str, Any]:
+    """One boot of ``arm``: the three phases in order, the cache flushed before each.
+    ``model_args``: the model's own server arguments (``TinyModel.server_args``)."""
+    srv = SglangServer(model, SERVER_ARGS + ARMS[arm] + list(model_args) + extra_args,
+                       boot_timeout_s=900, omp_threads=omp_threads,
                        env=ARM_ENV.get(arm), python=arm_python(arm))
     progress(f"{arm}: booting")
     code = code_version(arm_python(arm))
@@ -441,19 +452,26 @@ def compare_outputs(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def hf_check(model: pathlib.Path, arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def hf_check(model: pathlib.Path, arms: dict[str, dict[str, Any]],
+             python: str | None = None) -> dict[str, Any]:
     """The reference arm's outputs against transformers' greedy decoding of the same input ids
     (fp32, CPU, ``islands_harness.hf_oracle``), request by request, as many tokens as the server
-    returned. With every arm equal to the reference, every arm is transformers' greedy."""
-    from islands_harness.hf_oracle import greedy_decode_one
+    returned. With every arm equal to the reference, every arm is transformers' greedy.
+    ``python``: decode in that interpreter (``OracleWorker``; a model this `.venv`'s transformers
+    cannot load, Gemma 4) instead of this process."""
+    from contextlib import nullcontext
+
+    from islands_harness.hf_oracle import OracleWorker, greedy_decode_one
 
     ref = reference_arm(arms)
     ins, outs = arms[ref]["_inputs"], arms[ref]["_outputs"]
     differ = {}
-    for name in sorted(outs):
-        want = greedy_decode_one(model, ins[name], len(outs[name]))
-        if want != outs[name]:
-            differ[name] = {"first_diff": first_difference(want, outs[name])}
+    with (OracleWorker(str(python), model) if python else nullcontext()) as worker:
+        for name in sorted(outs):
+            want = (worker(ins[name], len(outs[name])) if worker else
+                    greedy_decode_one(model, ins[name], len(outs[name])))
+            if want != outs[name]:
+                differ[name] = {"first_diff": first_difference(want, outs[name])}
     progress(f"transformers' greedy: {len(outs) - len(differ)} of {len(outs)} {ref} outputs equal")
     return {"reference": ref, "requests": len(outs), "differ": differ, "all_equal": not differ}
 
@@ -479,7 +497,9 @@ def markdown(result: dict[str, Any]) -> str:
     names = list(arms)
     sh = result["shape"]
     lines = [
-        f"### Decode-region reuse on the real server: tiny Laguna, window {WINDOW}, page {PAGE}, "
+        f"### Decode-region reuse on the real server: tiny "
+        f"{'Laguna' if 'model' not in result else 'model `' + result['model'] + '`'}, "
+        f"window {WINDOW}, page {PAGE}, "
         f"chunked prefill {CHUNK} (decode-island interval {sh['interval']})",
         "",
         f"Command: `{result['command']}`",
@@ -549,7 +569,8 @@ def markdown(result: dict[str, Any]) -> str:
                  "`--run-on`): " + "; ".join(f"{n}: {', '.join(late)}" for n, late in (
                      (n, admitted_after_previous_finished(arms[n])) for n in names) if late)]
                 if any(admitted_after_previous_finished(arms[n]) for n in names) else []),
-              "", f"Upstream baseline for comparison (same model and shape): {json.dumps(BASELINE)}",
+              *(["", f"Upstream baseline for comparison (same model and shape): "
+                     f"{json.dumps(BASELINE)}"] if result.get("model", "laguna") == "laguna" else []),
               f"Total runtime: {result['runtime_s']} s", ""]
     return "\n".join(lines)
 
@@ -587,7 +608,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=20261129)
     ap.add_argument("--arms", default="upstream,upstream_knobs,islands", help="comma separated, of "
                     + ", ".join(ARMS))
+    ap.add_argument("--model", default="laguna", choices=list(MODELS),
+                    help="the tiny model served (islands_harness.models); gemma4 and gemma4-moe "
+                         "run on the 0.5.23 arms only")
     ap.add_argument("--extra-server-args", default="", help="appended to every arm's arguments")
+    ap.add_argument("--omp-threads", type=int, default=2,
+                    help="OMP threads of each server (1 on a machine other jobs load: two threads "
+                         "spin against each other there, tiny Gemma 4 ran 10-30x slower)")
     ap.add_argument("--no-hf-check", dest="hf_check", action="store_false",
                     help="skip comparing the reference arm's outputs with transformers' greedy "
                          "decoding of the same input ids (fp32, CPU; about a minute)")
@@ -598,20 +625,25 @@ def main(argv: list[str] | None = None) -> int:
     arm_names = a.arms.split(",")
     if set(arm_names) - set(ARMS):
         ap.error(f"unknown arms {set(arm_names) - set(ARMS)}")
+    tiny = get_model(a.model)
+    unserved = [arm for arm in arm_names if not tiny.serves_on(arm_target(arm))]
+    if unserved:
+        ap.error(f"--model {a.model} is served on {', '.join(tiny.targets)} only: arms "
+                 f"{', '.join(unserved)} run {', '.join(sorted({arm_target(x) for x in unserved}))}")
 
-    from islands_harness.tiny_model import build_tiny_model
-
-    model = build_tiny_model(window=WINDOW)
-    vocab_hi = json.loads((model / ".tiny_model_complete.json").read_text())["real_vocab"]
+    model = tiny.build(window=WINDOW)
+    vocab_hi = real_vocab(model)
     command = " ".join(shlex.quote(x) for x in [".venv/bin/python", "benchmarks/decode_reuse.py",
                                                  *(argv if argv is not None else sys.argv[1:])])
     progress(f"shape {dataclasses.asdict(shape)}")
     arms = {}
     for arm in arm_names:
-        arms[arm] = run_arm(model, vocab_hi, arm, shape, shlex.split(a.extra_server_args))
+        arms[arm] = run_arm(model, vocab_hi, arm, shape, shlex.split(a.extra_server_args),
+                            list(tiny.server_args), a.omp_threads)
     result: dict[str, Any] = {
-        "arms": arms, "command": command, "shape": dataclasses.asdict(shape),
-        "server_args": SERVER_ARGS, "arm_args": {n: ARMS[n] for n in arm_names},
+        "arms": arms, "command": command, "model": a.model, "shape": dataclasses.asdict(shape),
+        "server_args": SERVER_ARGS, "model_server_args": list(tiny.server_args),
+        "arm_args": {n: ARMS[n] for n in arm_names},
         "baseline_upstream": BASELINE, "runtime_s": round(time.monotonic() - T0, 1),
     }
     if len(arms) > 1:
@@ -619,7 +651,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         result["outputs"] = {"requests_compared": 0, "differ": {}, "all_equal": None}
     if a.hf_check and arms:
-        result["hf"] = hf_check(model, arms)
+        result["hf"] = hf_check(model, arms, python=None if tiny.serves_on("0.5.15.post1")
+                                else arm_python(reference_arm(arms)))
     for arm in arms.values():
         arm.pop("_outputs")
         arm.pop("_inputs")

@@ -82,9 +82,10 @@ import _bench_path
 from admission.report import acceptance, aggregate, plot_running, to_markdown, validate_result
 from admission.run import COUNTERS, log, run_arm
 from admission.setup import (ARMS, BASELINE_ARM, DEFAULT_ARMS, QUICK_ARMS, CpuShape,
-                             plan_mapping)
+                             arm_target, plan_mapping)
 from admission.workloads import QUICK, WorkloadConfig, agent_max_context
 from islands_harness.bench_outputs import add_output_args, output_paths, write_files, write_json, write_text
+from islands_harness.models import MODELS, get_model, real_vocab
 from islands_harness.provenance import git_head
 
 ROOT = _bench_path.ROOT
@@ -147,6 +148,9 @@ def parse_args(argv=None):
     add_output_args(ap, OUTPUT_FILES)
     ap.add_argument("--log-dir", default=str(ROOT / ".work" / "admission"),
                     help="server logs and raw per-run JSON (not committed)")
+    ap.add_argument("--model", default="laguna", choices=list(MODELS),
+                    help="the tiny model served (islands_harness.models; default laguna); gemma4 "
+                         "and gemma4-moe run on the 0.5.23 arms (main*) only")
     ap.add_argument("--plan-only", action="store_true", help="print the pool mapping and exit")
     ap.add_argument("--from-runs", metavar="DIR", default=None,
                     help="no server: rebuild the JSON, markdown and plot from the raw per-run files "
@@ -157,6 +161,11 @@ def parse_args(argv=None):
     unknown = [n for n in a.arms.split(",") if n and n not in ARMS]
     if unknown:
         ap.error(f"unknown arm(s) {unknown}; choose from {list(ARMS)}")
+    tiny = get_model(a.model)
+    unserved = [n for n in a.arms.split(",") if n and not tiny.serves_on(arm_target(ARMS[n]))]
+    if unserved:
+        ap.error(f"--model {a.model} is served on {', '.join(tiny.targets)} only, not by arms "
+                 f"{','.join(unserved)}")
     bad = [w for w in a.workloads.split(",") if w not in ("no_reuse", "agent")]
     if bad:
         ap.error(f"unknown workload(s) {bad}")
@@ -196,10 +205,12 @@ def main(argv=None) -> int:
     cfg = workload_from_args(a)
     arm_names = [n for n in a.arms.split(",") if n]
     workloads = [w for w in a.workloads.split(",") if w]
+    model_dir = get_model(a.model).build(window=CpuShape().window)
+    cfg = dataclasses.replace(cfg, token_hi=real_vocab(model_dir))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log_dir = pathlib.Path(a.log_dir) / stamp
     log_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M"), "git_head": git_head(),
+    meta = {"command": command, "model": a.model, "date": time.strftime("%Y-%m-%d %H:%M"), "git_head": git_head(),
             "quick": a.quick, "repeats": a.repeats, "eviction_interval": a.eviction_interval,
             "workload": dataclasses.asdict(cfg), "workloads": workloads, "arm_order": arm_names,
             "counters": dict(COUNTERS)}
@@ -214,9 +225,6 @@ def main(argv=None) -> int:
         else:
             log(f"  {n}: SWA pool sized by the server (chunk-cache configurator)")
 
-    from islands_harness.tiny_model import build_tiny_model
-
-    model_dir = build_tiny_model(window=CpuShape().window)
     t_start = time.monotonic()
     runs: List[Dict[str, Any]] = []
     for rep in range(a.repeats):
@@ -260,13 +268,17 @@ def write_outputs(runs: List[Dict[str, Any]], meta: Dict[str, Any], mapping: Dic
     """Aggregate, check and write the files asked for (``islands_harness.bench_outputs``); print the markdown."""
     paths = output_paths(a, OUTPUT_FILES, run_dir)
     cap = CpuShape().cap
-    arms = aggregate(runs, mapping, cap)
+    # ratios are to upstream_0.17; a run without it (a model only 0.5.23 serves) takes its first arm
+    baseline = (BASELINE_ARM if any(r["arm"] == BASELINE_ARM for r in runs)
+                else next(n for n in meta["arm_order"] if any(r["arm"] == n for r in runs)))
+    arms = aggregate(runs, mapping, cap, baseline)
     result = {
         "cap": cap,
         **{k: meta.get(k) for k in ("command", "date", "git_head", "quick", "repeats", "runtime_s",
                                     "eviction_interval", "workload", "workloads", "arm_order")},
+        **({"model": meta["model"]} if "model" in meta else {}),
         "arm_runtimes_s": {f"{r['arm']} r{r['repeat']}": r["arm_s"] for r in runs},
-        "baseline_arm": BASELINE_ARM,
+        "baseline_arm": baseline,
         "mapping": mapping,
         **({"counters": meta["counters"]} if "counters" in meta else {}),
         "png": str(paths["png"]) if paths["png"] else None,

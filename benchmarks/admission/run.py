@@ -150,7 +150,7 @@ def run_arm(arm: Arm, repeat: int, mapping: Dict[str, Any], cfg: WorkloadConfig,
     from islands_harness.server import SglangServer
 
     cpu = CpuShape()
-    args = arm_server_args(arm, mapping, cpu)
+    args = arm_server_args(arm, mapping, cpu, model=getattr(a, "model", "laguna"))
     env = arm_env(arm, a.eviction_interval)
     log_path = log_dir / f"{arm.name}_r{repeat}.log"
     out: Dict[str, Any] = {"arm": arm.name, "repeat": repeat, "server_args": args, "env": env,

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import _bench_path  # noqa: F401  (puts the repository root on sys.path)
 from islands_harness.knobs import UPSTREAM_KNOBS_ENV as KNOBS_ENV
 from islands_harness.main_arm import MAIN_KNOBS_ENV
+from islands_harness.models import get_model
 from islands_tools import pool_plan as plan
 
 @dataclasses.dataclass(frozen=True)
@@ -236,11 +237,19 @@ def common_server_args(cpu: CpuShape) -> List[str]:
     ]
 
 
-def arm_server_args(arm: Arm, mapping: Dict[str, Any], cpu: CpuShape) -> List[str]:
+def arm_server_args(arm: Arm, mapping: Dict[str, Any], cpu: CpuShape,
+                    model: str = "laguna") -> List[str]:
+    """``arm``'s server arguments serving ``model`` (``islands_harness.models``: its own
+    arguments come last)."""
     args = common_server_args(cpu)
     if arm.pool_key is not None:
         args += ["--swa-full-tokens-ratio", repr(mapping["pools"][arm.pool_key]["server_ratio"])]
-    return args + list(arm.args)
+    return args + list(arm.args) + list(get_model(model).server_args)
+
+
+def arm_target(arm: Arm) -> str:
+    """The sglang release ``arm`` boots: 0.5.23 for the main arms, else 0.5.15.post1."""
+    return "0.5.23" if arm.main or arm.main_islands else "0.5.15.post1"
 
 
 def arm_env(arm: Arm, eviction_interval: int) -> Dict[str, str]:

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on sys.path)
 from admission import setup as admission_setup
 from islands_harness.main_arm import MAIN_FREE_OFF_ENV, MAIN_KNOBS_ENV, MAIN_RELEASE_PREFILL_ENV
+from islands_harness.models import get_model
 
 CPU = admission_setup.CpuShape()
 
@@ -73,10 +74,23 @@ def pool_table(mapping: Optional[Dict[str, Any]] = None,
     return out
 
 
-def server_args(arm: str, pool: Dict[str, Any], cpu: admission_setup.CpuShape = CPU) -> List[str]:
-    """The server's command-line arguments for ``arm`` at ``pool`` (a ``pool_table`` row)."""
+def server_args(arm: str, pool: Dict[str, Any], cpu: admission_setup.CpuShape = CPU,
+                model: str = "laguna") -> List[str]:
+    """The server's command-line arguments for ``arm`` at ``pool`` (a ``pool_table`` row),
+    serving ``model`` (``islands_harness.models``: its own arguments come last)."""
     return (admission_setup.common_server_args(cpu)
-            + ["--swa-full-tokens-ratio", repr(pool["server_ratio"])] + list(ARMS[arm]["args"]))
+            + ["--swa-full-tokens-ratio", repr(pool["server_ratio"])] + list(ARMS[arm]["args"])
+            + list(get_model(model).server_args))
+
+
+def arm_target(arm: str) -> str:
+    """The sglang release ``arm`` boots: 0.5.23 for the main arms, else 0.5.15.post1."""
+    return "0.5.23" if arm in MAIN_ARMS else "0.5.15.post1"
+
+
+def unserved_arms(arms: Sequence[str], model: str) -> List[str]:
+    """The arms of ``arms`` whose release does not serve ``model``."""
+    return [a for a in arms if not get_model(model).serves_on(arm_target(a))]
 
 
 def server_env(arm: str, eviction_interval: int) -> Dict[str, str]:

@@ -96,7 +96,9 @@ from admission import setup as admission_setup  # noqa: E402
 from islands_harness.bench_outputs import add_output_args, output_paths, write_files, write_json, write_text  # noqa: E402,E501
 from islands_harness.provenance import git_head  # noqa: E402
 from sglang.srt.mem_cache.swa_island_formulas import EVICTION_ORDERS  # noqa: E402
-from prefix_reuse.arms import ARMS, CPU, DEFAULT_ARMS, POOLS, comma_choice, pool_table  # noqa: E402
+from prefix_reuse.arms import (ARMS, CPU, DEFAULT_ARMS, POOLS, comma_choice, pool_table,  # noqa: E402
+                               unserved_arms)
+from islands_harness.models import MODELS, get_model, real_vocab  # noqa: E402
 from prefix_reuse.clients import plan_classes  # noqa: E402
 from prefix_reuse.report import (arm_descriptions, assemble, plot, to_markdown,  # noqa: E402
                                  validate_result)
@@ -156,6 +158,9 @@ def parse_args(argv=None):
                     help=f"comma list, run in this fixed order: {','.join(CLASSES)} (default all)")
     ap.add_argument("--arms", default=",".join(DEFAULT_ARMS),
                     help=f"comma list of arms: {','.join(ARMS)} (default {','.join(DEFAULT_ARMS)})")
+    ap.add_argument("--model", default="laguna", choices=list(MODELS),
+                    help="the tiny model served (islands_harness.models; default laguna); gemma4 "
+                         "and gemma4-moe run on the 0.5.23 arms only")
     ap.add_argument("--pools", default=",".join(POOLS),
                     help=f"comma list of pools: {','.join(POOLS)} (default all)")
     ap.add_argument("--seed", type=int, default=Workload().seed, help="workload seed")
@@ -182,6 +187,10 @@ def parse_args(argv=None):
     a.argv = list(sys.argv[1:] if argv is None else argv)
     a.class_list = comma_choice(a.classes, CLASSES, "classes", ap)
     a.arm_list = comma_choice(a.arms, list(ARMS), "arms", ap)
+    unserved = unserved_arms(a.arm_list, a.model)
+    if unserved:
+        ap.error(f"--model {a.model} is served on {', '.join(get_model(a.model).targets)} only, "
+                 f"not by arms {','.join(unserved)}")
     a.pool_list = comma_choice(a.pools, POOLS, "pools", ap)
     a.preset = "quick" if a.quick else "smoke" if a.smoke else "full"
     a.stem = {"full": "prefix_reuse", "quick": "prefix_reuse_quick",
@@ -217,7 +226,9 @@ def plan(a, pools: Dict[str, Dict[str, Any]], wl: Workload) -> Dict[str, Any]:
         "cap": CPU.cap, "page": CPU.page, "window": CPU.window, "chunk": CPU.chunk,
         "preset": a.preset, "eviction_interval": a.eviction_interval,
         "pools": {p: pools[p] for p in a.pool_list},
-        "arms": {n: {"args": list(ARMS[n]["args"]), "env": ARMS[n]["env"]} for n in a.arm_list},
+        "model": a.model,
+        "arms": {n: {"args": list(ARMS[n]["args"]) + list(get_model(a.model).server_args),
+                     "env": ARMS[n]["env"]} for n in a.arm_list},
         "boots": len(a.arm_list) * len(a.pool_list),
         "classes": plan_classes(wl, a.class_list),
     }
@@ -244,12 +255,15 @@ def run(a, pools: Dict[str, Dict[str, Any]], wl: Workload) -> int:
     failed (the others still run and are written)."""
     command = " ".join(shlex.quote(x) for x in [".venv/bin/python", "benchmarks/prefix_reuse.py",
                                                  *a.argv])
+    model_dir = get_model(a.model).build(window=CPU.window)
+    wl = dataclasses.replace(wl, token_hi=real_vocab(model_dir))
+    check_workload(wl)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log_dir = pathlib.Path(a.log_dir) / stamp
     log_dir.mkdir(parents=True, exist_ok=True)
     scripts = build_scripts(wl, a.class_list)
     m = _machine()
-    meta = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M"), "git_head": git_head(),
+    meta = {"command": command, "model": a.model, "date": time.strftime("%Y-%m-%d %H:%M"), "git_head": git_head(),
             "preset": a.preset, "eviction_interval": a.eviction_interval,
             "workload": wl.to_dict(), "classes": a.class_list, "arm_order": a.arm_list,
             "pool_order": a.pool_list, "pools": pools,
@@ -265,9 +279,6 @@ def run(a, pools: Dict[str, Dict[str, Any]], wl: Workload) -> int:
         log(f"  {c}: {p['requests']} requests, {p['prompt_tokens']:,} prompt tokens, expected "
             f"share {p['expected_share']:.2f}")
 
-    from islands_harness.tiny_model import build_tiny_model
-
-    model_dir = build_tiny_model(window=CPU.window)
     t_start = time.monotonic()
     boots: List[Dict[str, Any]] = []
     for pool_name in a.pool_list:

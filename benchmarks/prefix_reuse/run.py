@@ -95,7 +95,7 @@ def run_boot(arm: str, pool_name: str, pool: Dict[str, Any], scripts: Dict[str, 
     """One server boot: the classes in order, the cache flushed between them."""
     from islands_harness.server import SglangServer
 
-    args = server_args(arm, pool)
+    args = server_args(arm, pool, model=getattr(a, "model", "laguna"))
     env = server_env(arm, a.eviction_interval)
     tag = f"[{arm} @{pool_name}]"
     log_path = log_dir / f"{arm}_{pool_name}.log"

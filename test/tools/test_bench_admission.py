@@ -387,6 +387,40 @@ def test_cli_help_and_plan_only():
     assert out.returncode == 0 and json.loads(out.stdout)["pools"]["0.17"]["swa_pool"] == 1825
 
 
+def test_model_option_reaches_the_arms_and_refuses_arms_that_do_not_serve_it(monkeypatch, tmp_path):
+    """``--model gemma4``: its server arguments follow every arm's own at boot (``run_arm``
+    stopped at the server's construction); the 0.5.15.post1 arms are refused by name."""
+    from islands_harness import server
+    from islands_harness.models import get_model
+
+    g4 = list(get_model("gemma4").server_args)
+    seen = []
+
+    class Boot(Exception):
+        pass
+
+    def fake_server(model_dir, args, **kw):
+        seen.append(list(args))
+        raise Boot
+
+    monkeypatch.setattr(server, "SglangServer", fake_server)
+    a = admission.parse_args(["--quick", "--model", "gemma4", "--arms",
+                              "main_0.17,main_islands_0.10"])
+    a.eviction_interval = 34
+    m, cpu = admission_setup.plan_mapping(), admission_setup.CpuShape()
+    for n in ("main_0.17", "main_islands_0.10"):
+        with pytest.raises(Boot):
+            admission_run.run_arm(admission_setup.ARMS[n], 0, m, admission.workload_from_args(a),
+                                  a, tmp_path, tmp_path, ["no_reuse"])
+    assert seen == [admission_setup.arm_server_args(admission_setup.ARMS[n], m, cpu) + g4
+                    for n in ("main_0.17", "main_islands_0.10")]
+    assert admission.parse_args(["--quick"]).model == "laguna"
+    with pytest.raises(SystemExit) as e:
+        admission.parse_args(["--quick", "--model", "gemma4", "--arms",
+                              "upstream_0.17,main_0.17,islands_0.10"])
+    assert e.value.code == 2
+
+
 def test_gpu_bench_script_parses_and_dry_runs():
     sh = os.path.join(_ROOT, "benchmarks", "gpu_bench.sh")
     assert subprocess.run(["bash", "-n", sh], timeout=60).returncode == 0

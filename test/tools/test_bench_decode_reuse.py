@@ -85,7 +85,7 @@ def test_main_arm_boots_the_other_release_with_upstreams_arguments(monkeypatch):
         pass
 
     class FakeServer:  # stands in for the boot only: run_arm stops at start()
-        def __init__(self, model, args, boot_timeout_s, env, python):
+        def __init__(self, model, args, boot_timeout_s, env, python, **kw):
             seen.append((list(args), python))
 
         def start(self):
@@ -114,7 +114,7 @@ def test_main_knobs_and_main_islands_arms_boot_their_environments(monkeypatch):
         pass
 
     class FakeServer:
-        def __init__(self, model, args, boot_timeout_s, env, python):
+        def __init__(self, model, args, boot_timeout_s, env, python, **kw):
             seen.append((list(args), env, python))
 
         def start(self):
@@ -134,6 +134,37 @@ def test_main_knobs_and_main_islands_arms_boot_their_environments(monkeypatch):
         (sa, main_arm.MAIN_FREE_OFF_ENV, "/venv-main/bin/python"),
         (sa, main_arm.MAIN_RELEASE_PREFILL_ENV, "/venv-main/bin/python"),
         (sa + ["--enable-swa-islands"], None, "/venv-main-islands/bin/python")]
+
+
+def test_model_option_reaches_the_arms_and_refuses_arms_that_do_not_serve_it(monkeypatch, capsys):
+    """``--model gemma4``: the model's server arguments follow every arm's own (the CLI stopped
+    at the first boot), its checkpoint is the one booted; the 0.5.15.post1 arms are refused by
+    name."""
+    from islands_harness.models import get_model
+
+    g4 = list(get_model("gemma4").server_args)
+    seen = []
+
+    class Boot(Exception):
+        pass
+
+    class FakeServer:
+        def __init__(self, model, args, boot_timeout_s, env, python, **kw):
+            seen.append((pathlib.Path(model).name, list(args)))
+
+        def start(self):
+            raise Boot
+
+    monkeypatch.setattr(decode_reuse, "SglangServer", FakeServer)
+    monkeypatch.setattr(decode_reuse, "main_islands_python", lambda: "/venv-main-islands/bin/python")
+    monkeypatch.setattr(decode_reuse, "code_version", lambda python: {})
+    with pytest.raises(Boot):
+        decode_reuse.main(["--quick", "--model", "gemma4", "--arms", "main_islands,main"])
+    assert seen == [(get_model("gemma4").build().name,
+                     decode_reuse.SERVER_ARGS + ["--enable-swa-islands"] + g4)]
+    with pytest.raises(SystemExit) as e:
+        decode_reuse.main(["--model", "gemma4", "--arms", "main,upstream,islands"])
+    assert e.value.code == 2 and "arms upstream, islands" in capsys.readouterr().err
 
 
 def test_main_islands_python_names_the_build_step_when_missing(monkeypatch, tmp_path):

@@ -330,6 +330,33 @@ def test_cli_help_and_plan_only():
     assert bad.returncode != 0 and "bogus" in bad.stderr
 
 
+
+def test_model_option_reaches_the_arms_and_refuses_arms_that_do_not_serve_it():
+    """``--model gemma4``: its server arguments follow every arm's own (plan-only and the boot's
+    ``server_args``); the 0.5.15.post1 arms are refused by name; the default stays laguna."""
+    from islands_harness.models import get_model
+    from prefix_reuse.arms import pool_table, server_args
+
+    g4 = list(get_model("gemma4").server_args)
+    assert g4 and "--attention-backend" in g4
+    py = sys.executable
+    p = subprocess.run([py, "benchmarks/prefix_reuse.py", "--smoke", "--plan-only", "--model",
+                        "gemma4", "--arms", "main,main_islands", "--pools", "ample"], cwd=_ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    assert j["model"] == "gemma4"
+    assert j["arms"]["main_islands"]["args"] == ["--enable-swa-islands", *g4]
+    assert j["arms"]["main"]["args"] == g4
+    pool = pool_table()["ample"]
+    assert server_args("main", pool, model="gemma4") == server_args("main", pool) + g4
+    assert server_args("upstream", pool) == server_args("upstream", pool, model="laguna")
+    bad = subprocess.run([py, "benchmarks/prefix_reuse.py", "--plan-only", "--model", "gemma4",
+                          "--arms", "upstream,islands,main"], cwd=_ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "upstream,islands" in bad.stderr and "0.5.23" in bad.stderr
+
+
 # ------------------------------------------------------------------------------- real server
 
 

@@ -35,17 +35,19 @@ RENDERED = (
            "prefix_reuse_quick", "prefix_reuse_quick_main", "prefix_reuse_quick_main_auto",
            "prefix_reuse_quick_main_islands", "prefix_reuse_quick_main_islands_auto",
            "prefix_reuse_quick_main_islands_repeat", "prefix_reuse_quick_main_window",
-           "prefix_reuse_quick_main_window_queued", "prefix_reuse_quick_main_window_touch")
+           "prefix_reuse_quick_main_window_queued", "prefix_reuse_quick_main_window_touch",
+           "prefix_reuse_quick_main_gemma4")
     + _cases("prefix_reuse.sim", "to_markdown", "prefix_reuse_sim", "prefix_reuse_sim_main",
              "prefix_reuse_sim_main_latency2", "prefix_reuse_sim_main_24seeds",
              "prefix_reuse_sim_main_24seeds_latency2")
     + _cases("admission.report", "to_markdown",
              "admission", "admission_agent_while_running", "admission_quick",
-             "admission_quick_main", "admission_quick_main_auto")
+             "admission_quick_main", "admission_quick_main_auto", "admission_quick_main_gemma4")
     + _cases("cache_cost.report", "to_markdown", "cache_cost", "cache_cost_before")
     + _cases("cache_cost.main_target", "report", "cache_cost_main", "cache_cost_main_chunk256",
              "cache_cost_main_chunk512", "cache_cost_main_interval64")
-    + _cases("decode_reuse", "markdown", "decode_reuse", "decode_reuse_main")
+    + _cases("decode_reuse", "markdown", "decode_reuse", "decode_reuse_main",
+             "decode_reuse_main_gemma4")
     + _cases("swa_hold.report", "to_markdown",
              "swa_hold_quick", "swa_hold_production", "swa_hold_main_quick",
              "swa_hold_main_production", "gpu/swa_hold_quick_cuda", "gpu/swa_hold_production_cuda",
