@@ -5,7 +5,8 @@ Islands run in ``SWAIslandUnifiedRadixCache``, which the default cache chain bui
 ``UnifiedRadixCache`` for a hybrid sliding-window model. Every flag combination that builds
 another cache, or a ``UnifiedRadixCache`` whose insert path islands do not cover, is refused here,
 before any model is loaded, with the reason (:func:`swa_islands_conflict`); what only the model
-decides (hybrid SWA or not, Mamba layers) is checked when the cache is built.
+decides (hybrid SWA or not, Mamba layers) is checked when the cache is built. The refused
+combinations and why: docs/MAIN_DESIGN.md, "Feature by feature".
 """
 
 from __future__ import annotations

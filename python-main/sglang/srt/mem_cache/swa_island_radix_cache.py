@@ -1,71 +1,21 @@
 # SPDX-License-Identifier: Apache-2.0
-"""SWA islands on sglang 0.5.23's UnifiedRadixCache.
+"""SWA islands on sglang 0.5.23's UnifiedRadixCache: ``SWAIslandUnifiedRadixCache``.
 
-The island cache of the 0.5.23 target: a ``UnifiedRadixCache`` subclass that the registry builds
-under ``--enable-swa-islands`` (``create_unified_radix_cache(ctx, cache_class=...)``). Islands
-live in the controller only: they go through what both tree cores answer (``checkpoint``,
-``lock`` / ``release_swa``, ``evict``), so the default Rust core and the Python core behave alike;
-only the eviction order ``window`` (``auto``'s choice at a lean SWA pool) overrides a
-``TreeComponent`` (and so runs on the Python core). Vocabulary and formulas:
-``swa_island_formulas`` (shared with the 0.5.15 target).
+Owns what ``--enable-swa-islands`` changes in the controller (the registry builds this class with
+``create_unified_radix_cache(ctx, cache_class=...)``): decode islands (``on_decode_progress``),
+the release of an island's window lock, the commit-time reclaim decision
+(``frees_out_of_window_at_commit``), commits past an SWA branch, the eviction order, and under
+the ``window`` order the queued hits and their admission reserve.
 
-- committed length ``L`` of a running request: ``req.owned_kv_len()``, the tokens upstream's
-  ``release_kv_cache`` would checkpoint were the request released now (``kv_committed_len``).
-  Its KV is written, or being written by a forward already launched: under the overlap
-  scheduler ``alloc_for_decode`` counts the next step's position before this step's result is
-  processed, and that step runs before any batch scheduled later, as at upstream's finish insert.
-  Without overlap it is every token but the newest. ``island_out_of_window`` keeps one page of
-  slack for that token.
-- decode island: ``on_decode_progress`` (called by the scheduler once per decode step of a running
-  request) checkpoints ``[0, L)`` into the tree through main's own ``checkpoint`` once
-  ``decode_island_interval`` tokens were committed since the request's tree-protected end
-  (``req.kv.cache_protected_len``, the end of its last island: the prompt end, then each decode
-  island). Main's insert path then frees the request's SWA below its frontier (tombstones),
-  splits a leaf longer than the window so the request's new lock covers one window, and moves
-  the lock there (islands closer than a window: the lock takes whole island nodes back to one
-  window, so the hold is up to ``w + interval`` instead of ``w + 2p``). The
-  cadence is accumulated progress (speculative accept lengths fire it) and reads request and
-  tree state only, so ``up_to`` is the same on every rank (``@rank_consensus``); it keeps no
-  per-request state of its own (nothing to leak when a request finishes, aborts or retracts).
-- island window release: once ``island_out_of_window(L, end, w, p)`` (``w`` = the retained
-  window + 1), no token of the request reads the island's window any more: its SWA lock is
-  released (``release_swa``, once per lock through ``TreeLock.swa_released``; the full lock
-  stays), so the island is live, matchable and evictable.
+Invariants: islands go only through what both tree cores answer (``checkpoint``, ``lock`` /
+``release_swa``, ``evict``), so the Rust and Python cores behave alike; only the ``window`` order
+swaps in a ``TreeComponent`` (``SWAIslandComponent``, Python core). Every decision reads request,
+tree and pool state only, so it is the same on every rank, and the cache keeps no per-request
+state. After every commit a running request holds at most ``w + 2p`` SWA tokens.
 
-- reclaim without forgetting (``--swa-islands-reclaim``): main frees a committing request's SWA
-  below its frontier at every commit (``SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS``, on by
-  default), so a request that diverges inside a committed chunk hits only up to the last chunk end.
-  The island cache answers main's named decision ``frees_out_of_window_at_commit(req)`` (patch
-  ``unified cache: name the commit-time out-of-window free decision``) from the policy: ``lazy``
-  never frees at the commit, so that SWA goes into the tree live, leaves the
-  request's hold (the new lock is capped at one window by main's leaf split) and stays matchable
-  and evictable (main's SWA LRU); ``eager`` always frees (main's default behaviour); ``auto``
-  (the default under ``lru``) frees at every commit where the SWA pool cannot keep one chunk per running
-  request live (``lazy_reclaim_fits``: main's single SWA LRU list evicts a lazily kept chunk
-  under pressure and the window at its end with it, as measured at the lean pools), and
-  elsewhere while the free SWA pool is below ``reclaim_watermark`` (one prefill chunk). Not
-  given, the policy is ``default_reclaim`` of the eviction order: ``lazy`` under ``window``, whose
-  order gives cold SWA up before any window, ``auto`` under ``lru``.
-- commits past an SWA branch: main stops the first insert after a match whose Full KV hit ran past
-  its SWA hit at that branch (``swa_branching_seqlen``) and leaves the committed tokens after it to
-  the request's next checkpoint (for a prompt on stock main, its finish); the island cache inserts
-  them in the same checkpoint (``_continues_past_branch``), so a prefilled prompt's end is a match
-  end and its SWA is the tree's (``lazy``: live and evictable), not the request's. A finish keeps
-  main's single insert.
-- eviction order (``--swa-islands-eviction``, ``resolve_eviction``): ``auto`` (default) is
-  ``window`` where the SWA pool cannot keep one chunk per running request
-  (``lazy_reclaim_fits``), else ``lru``; ``lru`` keeps upstream's SWA walk on
-  either tree core; ``window`` swaps in ``SWAIslandComponent`` (cold SWA before retention windows
-  before the other windows before queued hits', ``unified_cache.components.swa_island``) through
-  upstream's ``component_registry_override``, which selects the Python tree core.
-- queued hits (``window`` only): ``on_request_queued`` (the scheduler calls it when a request joins
-  the waiting queue, new or retracted) matches the request once and keeps the node its match
-  ends at as its queued hit until its first ``checkpoint`` or its release; every checkpoint then
-  matches again the waiting requests whose hit lies on the committed path and whose next page
-  continues along it (``swa_island_queue.QueuedHitIndex.continuing``). One match per arriving request and per
-  request a commit moves; no host sync. While requests run, admission leaves their windows unspent
-  (``swa_admission_reserve``, at most the SWA the running requests hold), so a prefill pass does
-  not admit one request by evicting the window the next one will hit.
+Units are tokens: ``L`` the committed length (:func:`committed_len`), ``w`` the retained window
++ 1, ``p`` the page. Formulas: ``swa_island_formulas`` (shared with 0.5.15.post1). Design, step
+by step: docs/MAIN_DESIGN.md, "The island cache".
 """
 
 from __future__ import annotations
@@ -228,15 +178,11 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
                 self._queue_match(waiting)
 
     def _continues_past_branch(self, req: "Req", branching, up_to: int) -> bool:
-        """Whether the checkpoint of the running ``req`` to ``up_to`` inserts again: main stops
-        the first insert after a match whose Full KV hit ran past its SWA hit at that branch
-        (``swa_branching_seqlen``, cleared once the branch is in) and leaves the committed tokens
-        after it to the request's next checkpoint. With islands they go in now, as every other
-        commit's do: the prompt's end is a match end from its prefill on, and the SWA below the
-        window is the tree's, live and evictable (``lazy``) or freed, not held by the request
-        until its first decode island. Example: page 1, a 1,137-token prompt whose match hit 775
-        tokens and whose Full KV hit ran to 887: the prefill's checkpoint inserts ``[0, 887)``,
-        then ``[887, 1137)``."""
+        """Whether the checkpoint of the running ``req`` to ``up_to`` inserts again, past the SWA
+        branch at which main stopped the first insert (``swa_branching_seqlen``, cleared once the
+        branch is in). Example: page 1, a 1,137-token prompt whose match hit 775 tokens and whose
+        Full KV hit ran to 887: ``[0, 887)``, then ``[887, 1137)``. Why: docs/MAIN_DESIGN.md,
+        "The island cache"."""
         return (self._islands_active and branching is not None
                 and req.swa_branching_seqlen is None and not req.finished()
                 and req.kv.cache_protected_len < up_to // self.page_size * self.page_size)
@@ -247,17 +193,11 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         super().on_release(req, checkpointed=checkpointed)
 
     def swa_admission_reserve(self, running_batch: "ScheduleBatch") -> int:
-        """SWA tokens a prefill pass leaves unspent (patch ``admission: leave the SWA a tree cache
-        reserves``): under the window order, while decode requests run, the windows of the queued
-        hits whose window is still evictable (end node live and SWA-unlocked), at most the SWA
-        neither free nor evictable (``queued_hit_reserve``). Admission counts those windows as
-        evictable; spending them admits a request now and costs a waiting one its hit, while the
-        running requests would have returned SWA by finishing. With no request running it
-        reserves nothing, so admission always makes progress. Once per prefill pass, O(cap +
-        running requests): the hits it visits (``spendable_queued_hits``) stop at the cap's worth
-        of windows plus one per running request and one for a chunked prefill (each locks one
-        node, so at most that many hits are passed over as locked; tombstoned hits passed over
-        only shrink the reserve)."""
+        """SWA tokens a prefill pass leaves unspent: under the window order, while decode
+        requests run, the windows of the queued hits still evictable (end node live and
+        SWA-unlocked), at most the SWA neither free nor evictable (``queued_hit_reserve``); 0
+        with nothing running. O(cap + running requests) per prefill pass. Why and the bound:
+        docs/MAIN_DESIGN.md, "The island cache"."""
         component = self._swa_island_component
         if component is None or self.disable or running_batch.is_empty():
             return 0
