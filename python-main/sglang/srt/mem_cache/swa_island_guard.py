@@ -6,8 +6,10 @@ The flag combinations the island path does not cover are refused with the server
 registry has built the cache (:func:`check_swa_islands_cache`): islands run only on an
 ``SWAIslandUnifiedRadixCache`` over a hybrid sliding-window model without Mamba layers and with
 the SWA allocator. Without the flag, a lowered ratio that binds stock admission is warned about
-(:func:`warn_swa_pool_binds_without_islands`, the rollback). The pool formulas are ``swa_island_formulas``' (shared with the 0.5.15
-target); a check that refuses raises ``ValueError`` with the reason and the way out.
+(:func:`warn_swa_pool_binds_without_islands`, the rollback). The pool formulas are
+``swa_island_formulas``' (shared with the 0.5.15 target); a check that refuses raises
+``ValueError`` with the reason and the way out. The cache module imports this one, never the
+other way round (:func:`is_island_cache` reads the cache's class instead).
 """
 
 from __future__ import annotations
@@ -30,12 +32,17 @@ logger = logging.getLogger(__name__)
 FLAG = "--enable-swa-islands"
 
 
+def is_island_cache(cache: BasePrefixCache) -> bool:
+    """Whether ``cache`` is the island cache: its class says so (``runs_swa_islands``), read on
+    the class, so a wrapper that forwards attributes to an island cache is not one."""
+    return getattr(type(cache), "runs_swa_islands", False) is True
+
+
 def check_swa_islands_cache(cache: BasePrefixCache, *, is_hybrid_swa: bool,
                             is_hybrid_ssm: bool) -> None:
     """In ``create_tree_cache``: the cache built must be ``SWAIslandUnifiedRadixCache`` over a
     hybrid SWA model (no Mamba layers) with the SWA allocator."""
     from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
-    from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
 
     if not is_hybrid_swa:
         reason = ("the model is not a hybrid sliding-window model (or its hybrid SWA memory pool "
@@ -43,7 +50,7 @@ def check_swa_islands_cache(cache: BasePrefixCache, *, is_hybrid_swa: bool,
     elif is_hybrid_ssm:
         reason = ("the model also has Mamba layers, whose checkpoints decide where the tree "
                   "inserts; islands do not cover them")
-    elif type(cache) is not SWAIslandUnifiedRadixCache:
+    elif not is_island_cache(cache):
         reason = (f"the tree cache built for this configuration is {type(cache).__name__} (e.g. "
                   "every layer sliding-window), and islands run only where the default chain "
                   "builds UnifiedRadixCache")

@@ -69,6 +69,9 @@ def _auto_reason(eviction: str, fits: bool) -> str:
 class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
     """``UnifiedRadixCache`` with SWA islands (``--enable-swa-islands``)."""
 
+    # What ``swa_island_guard.is_island_cache`` reads, so the guard need not import this module.
+    runs_swa_islands = True
+
     def __init__(self, params: CacheInitParams):
         if params.swa_islands_eviction not in EVICTION_ORDERS:
             raise ValueError(f"swa_islands_eviction must be one of {EVICTION_ORDERS}, "

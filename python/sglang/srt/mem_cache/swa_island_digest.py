@@ -34,8 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List
 
 if TYPE_CHECKING:
-    from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandRadixCache
-    from sglang.srt.mem_cache.swa_radix_cache import TreeNode
+    from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache, TreeNode
 
 
 @dataclass(frozen=True)
@@ -82,8 +81,10 @@ def _lru_positions(lru, position: Dict[int, int]) -> List[int]:
     return out
 
 
-def tree_digest(cache: "SWAIslandRadixCache") -> TreeDigest:
-    """The digest of ``cache``'s tree, LRU lists, island marks and pools (O(tree); idle use)."""
+def tree_digest(cache: "SWARadixCache") -> TreeDigest:
+    """The digest of ``cache``'s tree, LRU lists, island marks and pools (O(tree); idle use).
+    ``cache``: an ``SWARadixCache`` that names each node's island marks (``island_state_of``,
+    as ``SWAIslandRadixCache`` does); this module never imports the cache module."""
     nodes = _depth_first(cache.root_node)
     position = {id(node): i for i, node in enumerate(nodes)}
     h = hashlib.sha256()

@@ -18,11 +18,11 @@ limitations under the License.
 """
 Where SWA islands may run, and how large their SWA pool must be.
 
-Islands run only on a cache that is exactly ``SWAIslandRadixCache`` built in place of
-``SWARadixCache``: the check is on the type, not on ``supports_swa()``, which
+Islands run only on ``SWAIslandRadixCache`` built in place of ``SWARadixCache``: the check
+(:func:`is_island_cache`) reads the cache's class, not ``supports_swa()``, which
 ``UnifiedRadixCache``, ``PureSWARadixCache``, ``SWAChunkCache`` and the streaming-session wrapper
 also answer without having an island path. A check that refuses raises ``ValueError`` with the
-reason and the way out.
+reason and the way out. It never imports the cache module, the layer above it.
 
 The pool formulas (hold, island floor, admission bind, the ratio for a pool) are defined in
 ``swa_island_formulas``, shared with the 0.5.23 target, and re-exported here.
@@ -55,16 +55,21 @@ logger = logging.getLogger(__name__)
 FLAG = "--enable-swa-islands"
 
 
+def is_island_cache(cache: BasePrefixCache) -> bool:
+    """Whether ``cache`` is the island cache: its class says so (``runs_swa_islands``), read on
+    the class, so a wrapper that forwards attributes to an island cache is not one."""
+    return getattr(type(cache), "runs_swa_islands", False) is True
+
+
 def check_swa_islands_cache(cache: BasePrefixCache, is_hybrid_swa: bool) -> None:
-    """In ``create_tree_cache``: the cache built must be exactly ``SWAIslandRadixCache``.
+    """In ``create_tree_cache``: the cache built must be ``SWAIslandRadixCache``.
 
     Also covers what only the model decides: not hybrid SWA, all layers SWA, hybrid SWA memory
     disabled by a model override.
     """
     from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
-    from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandRadixCache
 
-    if type(cache) is SWAIslandRadixCache:
+    if is_island_cache(cache):
         allocator = type(cache.token_to_kv_pool_allocator)
         if allocator is not SWATokenToKVPoolAllocator:
             # free_swa_pages reads full_to_swa_index_mapping, which e.g. the unified-memory
@@ -99,11 +104,10 @@ def check_swa_pool_plan(cache: BasePrefixCache, server_args: ServerArgs) -> None
 
     Suggested ratios come from ``ratio_for_swa_pool`` at the full pool's size.
     """
-    from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandRadixCache
     from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache
 
-    kind = type(cache)
-    if kind is not SWAIslandRadixCache and kind is not SWARadixCache:
+    islands = is_island_cache(cache)
+    if not islands and type(cache) is not SWARadixCache:
         return
     allocator = cache.token_to_kv_pool_allocator
     swa_pool, full_pool = allocator.size_swa, max(allocator.size_full, 1)
@@ -113,7 +117,7 @@ def check_swa_pool_plan(cache: BasePrefixCache, server_args: ServerArgs) -> None
     n_cap = cache.req_to_token_pool.size
     ratio = server_args.swa_full_tokens_ratio
 
-    if kind is SWAIslandRadixCache:
+    if islands:
         check = island_pool_check(swa_pool, full_pool, window, page, chunk, n_cap, ratio=ratio)
         if check.verdict == "refuse":
             raise ValueError(f"{FLAG}: {check.message}")

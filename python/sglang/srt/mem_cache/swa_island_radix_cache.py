@@ -169,6 +169,9 @@ class SWAIslandRadixCache(SWARadixCache):
     ``--enable-swa-islands`` is on (``mem_cache/registry.py``).
     """
 
+    # What ``swa_island_guard.is_island_cache`` reads, so the guard need not import this module.
+    runs_swa_islands = True
+
     def __init__(self, params: CacheInitParams):
         super().__init__(params)
         if params.swa_islands_reclaim not in RECLAIM_POLICIES:
