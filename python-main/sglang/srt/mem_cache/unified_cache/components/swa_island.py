@@ -1,66 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
 """Window-aware SWA eviction for the 0.5.23 island cache (Python tree core).
 
-``SWAIslandComponent`` is upstream's ``SWAComponent`` with one change: its device eviction gives
-SWA up by eviction class (``swa_island_formulas.CLASSES``) instead of one LRU walk. Every step
-takes cold SWA (no kept window needs it), oldest first, while there is any; then the windows of
-retention points only; then upstream's walk (LRU order) over everything but queued hits' windows;
-then queued hits' windows, the latest queued request's first (``swa_island_queue``); then
-upstream's walk over what is left. So while cold SWA remains no window that ends a match point is
-tombstoned (no cliff), retention windows go before the windows requests matched, and the window a
-waiting request will hit goes last.
+``SWAIslandComponent`` is upstream's ``SWAComponent`` whose device eviction gives SWA up by
+eviction class (``swa_island_formulas.CLASSES``) instead of one LRU walk: cold SWA first, then
+retention windows, then upstream's walk over everything but queued hits' windows, then those
+(latest queued request first), then what is left. It owns the match-end stamps
+(:data:`MATCH_END_KEY`), the touches (:data:`TOUCH_KEY`), the per-class candidates and the queued
+hits (``swa_island_queue.QueuedHitIndex``); device SWA locks take one page-rounded window.
 
-Match ends (units: tokens; ``w`` = the retained window ``sliding_window_size``, the contiguous live
-SWA upstream's match validator needs behind a match end; ``p`` = the page):
+Invariants: while cold SWA remains, no window that ends a match point is tombstoned; every live,
+unlocked ``COLD`` node is a ``COLD`` candidate and every ``RETENTION`` one a candidate of either
+class, so a pass costs what was filed since the last one (times ``log`` of the candidates), not
+what it keeps.
 
-- ``WINDOW`` ends: a leaf (a finished transcript's kept window, a running request's latest
-  island or chunk), a junction (two or more children: where requests diverged) and a node a
-  match ended at (``LRURefreshPhase.MATCH_END`` stamps it);
-- ``RETENTION`` ends: a node an insert ended at (``LRURefreshPhase.INSERT_END``: chunk ends,
-  prompt ends, decode islands) that is neither of the above;
-- ``QUEUED`` ends: the queued hit of a waiting request (``swa_island_queue.QueuedHitIndex``),
-  until its first commit. A node whose single-child path reaches a queued hit within ``w`` is
-  ``QUEUED``; a junction on the way ends the walk as a ``WINDOW`` (the nodes above a junction are
-  then covered as the junction's window, not as the queued hit's below it).
-
-A stamp lives in the node's SWA ``metadata`` under :data:`MATCH_END_KEY`. Upstream's split keeps
-the node object on the suffix (``redistribute_on_node_split``), so a stamp stays at the end it
-marks. A live node ``x`` is in the window of a match end ``e`` below it when the path from
-``x`` down to ``e`` is live SWA, single-child, and ``e.end - x.end < w``; its class is the highest
-category of such ``e`` (``COLD`` when none). Tombstoning a cold node never changes another node's
-class: every end whose window it could cut is ``>= w`` tokens below it. A node the window of an
-end of a higher class begins inside (a long node with a match end at its end) has a cold *head*:
-a pass that meets it splits it where the window begins (``_cold_head``, page-aligned) and takes
-the head, so only the window stays.
-
-Index (what keeps an eviction O(its own work)): the live nodes a pass may take wait as
-*candidates*, per class, least recently used first (:data:`COLD`: every node the SWA LRU list adds,
-an insert or a move to its most recently used end, ``CandidateLRUList``; :data:`RETENTION`: those a
-``COLD`` pass met and found covered only by retention points, and those in the window of an insert
-end when it is stamped; a match end's stamp takes the nodes wholly inside its window out of the
-candidates, ``_settle_window``). Recency is a *touch* (:data:`TOUCH_KEY`), a counter the list
-stamps on every node it adds at its most recently used end; a node it adds beside another
-(upstream's split places the new prefix node next to its suffix) takes that node's touch. So
-candidates go in the SWA list's order of touches, whichever step filed them; nodes of one touch (a
-window the list moved together, the two halves of a split) go in the order they were filed: a
-window's end before its ancestors, which the list walks the other way round. A pass pops its
-candidates oldest first and computes each one's class (at most ``w / p`` node steps): one of its
-class is the victim, else its cold head if it has one; a retention node moves to the ``RETENTION``
-candidates, a better covered or locked one is dropped. A touch files its node as ``COLD`` and a
-pass empties the ``COLD`` candidates before it pops a ``RETENTION`` one, so a node touched since
-its ``RETENTION`` filing is refiled at its new touch before that filing comes up. Invariant: every
-live, unlocked node of class ``COLD`` is a ``COLD`` candidate, and every one of class ``RETENTION``
-a candidate of either class. What can lower a node's class or free it files it again: a device
-eviction or deletion of a node that is not ``COLD`` files the live nodes up to ``w`` above it
-(their cover may have run through it, ``_file_above``), so does a new leaf (its parent may have
-been a leaf), and an SWA lock release files the nodes it unlocked (``_file_unlocked``). Each filing
-is popped at most once (``Candidates``: a heap per class), so a pass costs what the inserts, moves,
-unlocks and evictions since the last one filed, times ``log`` of the candidates. Sessions
-(``enable_session_radix_cache``) keep upstream's partitioned walk.
-
-Locks: a device SWA lock (admission's match lock, a commit's lock of its new last node) takes
-one page-rounded window of live SWA behind its node (``window_lock_tokens``): the live node the
-window begins in is split there first, where upstream locks it whole.
+Units are tokens: ``w`` = the retained window ``sliding_window_size``, ``p`` = the page. The
+classes, the index and the locks, step by step: docs/MAIN_DESIGN.md, "The window order".
 """
 
 from __future__ import annotations
