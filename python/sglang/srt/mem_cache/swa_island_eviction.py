@@ -19,30 +19,16 @@ limitations under the License.
 The indexes behind SWA islands' eviction order, so that an eviction pays for what it takes, not
 for what it keeps.
 
-SWA eviction of ``SWAIslandRadixCache`` runs passes, each over the SWA LRU list, least recently
-used first: the first takes cold tokens (outside every window a match end needs), later ones
-give up retention windows, then the other windows, then queued hits' windows. A live node is
-*protected* in a pass when the live window of a match end the pass keeps covers all of it. The
-*eviction class* of a node is the last kind of pass that protects it, from the category of the
-match ends whose windows cover it (:data:`COLD` < :data:`RETENTION` < :data:`WINDOW` <
-:data:`QUEUED`); a pass that keeps the windows of categories above ``c`` meets only the nodes of
-classes up to ``c``.
-
-- :class:`StampedLRUList`: upstream's SWA LRU list that stamps every node with its position
-  (``swa_order``, increasing from least to most recently used), so the class indexes below can
-  be kept in the list's order without walking it. A node entering the list is :data:`COLD`
-  (not known to be protected); one leaving it leaves its class.
-- :class:`EvictionClasses`: one heap per class, in list order; stale entries (a node moved,
-  reclassified or gone) are dropped or re-filed lazily when they reach the top.
-- :class:`QueuedHits` (``swa_island_queue``, shared with the 0.5.23 target): waiting requests'
-  queued hits by request, in arrival order, and their match ends with a count, so "is this node
-  a queued hit" and "how many are there" cost O(1).
+Owns :class:`StampedLRUList` (upstream's SWA LRU list stamping each node with its position,
+``swa_order``) and :class:`EvictionClasses` (one heap per eviction class, :data:`COLD` <
+:data:`RETENTION` < :data:`WINDOW` < :data:`QUEUED`, each in list order, stale entries dropped
+lazily); re-exports ``QueuedHits``. A node entering the list is :data:`COLD`; one leaving it
+leaves its class.
 
 Invariant (what makes skipping exact): a node filed under class ``c`` > :data:`COLD` is covered
-by the live window of a match end of category ``>= c``. Whatever can break such a cover moves the
-nodes it may uncover back to :data:`COLD` (``SWAIslandRadixCache._unverify_above`` and
-``_unverify_below``: the nodes within one window of the change), so a node is met again by the
-first pass after it may have lost its cover, and by no pass before.
+by the live window of a match end of category ``>= c``; whatever can break a cover files the
+nodes within one window of the change again (``SWAIslandRadixCache._unverify_above``,
+``_unverify_below``). Units: tokens. Design: docs/DESIGN.md, "The cache, term by term".
 """
 
 import copy

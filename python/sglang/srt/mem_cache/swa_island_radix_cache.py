@@ -16,70 +16,22 @@ limitations under the License.
 """
 
 """
-SWA islands: a radix cache for hybrid sliding-window models in which a running request SWA-locks
-one window of KV, while every prefix hit a cache that forgets nothing would give stays available
-as long as the SWA pool has room.
+SWA islands on sglang 0.5.15.post1: ``SWAIslandRadixCache``, the ``SWARadixCache`` that the
+registry builds under ``--enable-swa-islands``.
 
-Units are tokens; positions are 0-based positions in one request's sequence.
+Owns chunk and decode islands (a running request SWA-locks one window, ``[t, floor_p(L))``), the
+match ends kept for later hits (island marks, retention points, queued hits), reclaim of the SWA
+below an island (``--swa-islands-reclaim``), SWA eviction by class in passes, the one-window match
+lock, the admission reserve, and the hold statistics.
 
-- ``window_left``: ``sliding_window_size``; the query at ``i`` reads SWA KV of ``[i - window_left,
-  i]``. ``w = window_left + 1``; ``p``: page size; ``L``: committed length (KV written).
-- frontier ``t = floor_p(L - (w + p))``, at least 0: no future token of the request reads SWA KV
-  below ``t`` (:func:`swa_tombstone_frontier`).
-- island: ``[t, floor_p(L))``, the end of a request's inserted prefix. At every chunk commit and
-  every ``decode_interval`` decode tokens the request's prefix is inserted and its SWA lock covers
-  only the island, so it holds at most ``w + 2p - 1`` tree tokens plus its own unaligned tail.
-- match end: a node end where a later prefix match may stop; ``_match_prefix_helper`` needs the
-  ``window_left`` tokens before it live (or a live path to the root). Kept as match ends: the
-  last island of every prompt, a running request's latest island, the end of every finished
-  transcript (also once a later turn extends it), leaves, junctions (ends of nodes with two or
-  more children, where requests diverged) and, unless reclaim is ``eager``, every chunk island of
-  a prompt: a retention point every ``cp`` tokens, whose window is reclaimed after the cold tier
-  but before any other window (it serves only a request diverging inside that prompt).
-- queued hit: the match end a waiting request would hit, found when it joins the waiting queue
-  (:meth:`SWAIslandRadixCache.on_request_queued`), moved down a committed path that the request's
-  tokens continue along (:meth:`SWAIslandRadixCache._refresh_queued_hits`) and kept until its
-  first commit; its window is reclaimed after every other window, the latest queued request's
-  first.
-- window tail: the tokens at the end of a live node inside the live window of a match end at or
-  below it; the rest of the node, and every live SWA-unlocked node without one, is cold.
-- tombstone: a node whose SWA KV is freed while its full KV stays, so matching walks through it.
+Invariants (asserted after every scheduler step by the tests): counters match the tree; nodes in
+an SWA-lock range are live; every running request's last ``window_left`` positions map to live SWA
+slots; SWA KV is freed only by ``_tombstone_swa`` or with a deleted leaf's full KV, never twice.
 
-Reclaim of the SWA below a new island (``--swa-islands-reclaim``):
-
-- ``lazy`` (the default): none at the insert. It stays cached and evictable (admission counts it
-  like any evictable SWA); ``evict`` frees cold tokens first (nodes in least recently used order,
-  a node with a window tail split first), then retention windows the same way, then the other
-  windows but queued hits', then queued hits' (:meth:`SWAIslandRadixCache.eviction_passes`).
-  Each pass meets only the nodes of its eviction classes, indexes kept in LRU order as marks,
-  locks and liveness change (``swa_island_eviction.py``): an eviction costs the nodes it frees or
-  splits and those a change since the last one may have uncovered, not the windows it keeps.
-- ``eager``: the cold tokens on the request's path below ``t`` are tombstoned at the insert, but
-  queued hits' windows. They are the most recently used cold tokens, the ones a sibling arriving
-  later (an edit of the same conversation, the next question on the same document) would hit.
-- ``auto``: eager while the free SWA pool is below :func:`reclaim_watermark`, else lazy.
-
-Admission's lock on a prefix match (``inc_match_lock_ref``) SWA-locks one window of it, page-rounded
-up, so the cold tokens before a match end stay evictable. Admission (``PrefillAdder``) keeps free,
-beside each new prefill chunk, the SWA the running batch's next decode step allocates
-(:meth:`SWAIslandRadixCache.swa_admission_reserve`): under the overlap scheduler that step is
-scheduled before the chunk is committed.
-
-A diverging request's insert revives tombstoned nodes of the shared path from its own KV
-(``_insert_helper``), so the window before a junction is live after the insert even where the
-tree's copy had been reclaimed; being a window, it is reclaimed after every cold token.
-
-Invariants (asserted after every scheduler step by the tests): counters match the tree; a leaf is
-live unless a running request still full-locks it; nodes in an SWA-lock range are live; every
-running request's last ``window_left`` positions map to live SWA slots; SWA KV is freed only by
-``_tombstone_swa`` (one node, once, as it turns into a tombstone) or with the full KV of a deleted
-leaf, so no SWA slot is freed twice; both pools return to their size after evicting everything.
-
-Ordering: SWA slots freed at a middle-chunk commit or by eviction during scheduling may still be
-read by the chunk in flight under the overlap scheduler. With a WAR barrier (CUDA, or
-``SGLANG_ENABLE_WAR_BARRIER``), on CPU, or without overlap the schedule stream waits for it;
-elsewhere the island of a middle chunk starts at the frontier of the chunk's start, which keeps
-the in-flight chunk's window locked (:func:`commit_frees_are_stream_ordered`).
+Units are tokens: ``window_left`` = ``sliding_window_size``, ``w = window_left + 1``, ``p`` the
+page, ``L`` the committed length, frontier ``t = floor_p(L - (w + p))``. Formulas:
+``swa_island_formulas``. Terms, passes and invariants in full: docs/DESIGN.md, "The cache, term by
+term"; ordering under the overlap scheduler: docs/SAFETY.md.
 """
 
 import dataclasses
@@ -228,15 +180,10 @@ class SWAIslandRadixCache(SWARadixCache):
     # ---- locks --------------------------------------------------------------------------------
 
     def inc_match_lock_ref(self, node: TreeNode):
-        """Admission's lock on a prefix match SWA-locks one window, page-rounded up (the tokens a
-        request reads before its first new one), splitting the live node it would cross, instead
-        of whole nodes until a window is covered (``inc_lock_ref``'s default, kept for commits).
-
-        A match may end deep inside a long cold node (a sibling's fresh prompt, an old
-        transcript); locking all of it would take its cold tokens out of what admission counts as
-        evictable. Example: window_left 32, page 1, a match ending 300 tokens into a live node:
-        the node is split and 32 tokens are SWA-locked, not 300.
-        """
+        """Admission's lock on a prefix match SWA-locks one window, page-rounded up, splitting the
+        live node it would cross, instead of whole nodes until a window is covered (commits keep
+        ``inc_lock_ref``'s default), so the cold tokens of a long matched node stay evictable.
+        Example: window_left 32, page 1, a match ending 300 tokens into a live node: 32 locked."""
         if self.disable:
             return super().inc_match_lock_ref(node)
         return self.inc_lock_ref(node, swa_lock_len=self.window_lock_len)
@@ -791,14 +738,8 @@ class SWAIslandRadixCache(SWARadixCache):
     def swa_admission_reserve(self, running_batch: ScheduleBatch) -> int:
         """SWA tokens ``PrefillAdder`` keeps free for ``running_batch``: what its next decode step
         allocates (``ScheduleBatch.new_tokens_required_next_decode``; a page per request at a page
-        boundary, the speculative over-allocation with speculative decoding).
-
-        Everything else a running request will need, decode can take from the cold tier, which
-        admission already counts as evictable. What it cannot take is a prefill chunk admitted
-        now: under the overlap scheduler that chunk is committed (and its SWA below the frontier
-        turns cold) only after the next batch is scheduled, so a decode step scheduled next must
-        fit beside the whole uncommitted chunk, or it retracts requests.
-        """
+        boundary, the speculative over-allocation with speculative decoding). Why only that:
+        docs/DESIGN.md, "The cache, term by term" (Admission)."""
         if running_batch.is_empty():
             return 0
         return running_batch.new_tokens_required_next_decode()
