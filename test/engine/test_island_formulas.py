@@ -200,6 +200,14 @@ def test_auto_eviction_is_the_window_order_where_a_chunk_per_request_does_not_fi
         assert resolve_eviction(given, fits) == given
 
 
+def test_auto_eviction_is_main_walk_under_a_hicache_host_tier():
+    # a lean pool resolves to the window order, but with a host tier main's walk backs windows up
+    assert resolve_eviction("auto", False, host_tier=True) == "lru"
+    assert resolve_eviction("auto", True, host_tier=True) == "lru"
+    assert resolve_eviction("lru", False, host_tier=True) == "lru"
+    assert resolve_eviction("window", False, host_tier=True) == "window"  # server args refuse it
+
+
 def test_the_default_reclaim_follows_the_resolved_eviction_order():
     assert default_reclaim("window") == "lazy"
     assert default_reclaim("lru") == "auto"

@@ -47,9 +47,11 @@ def swa_islands_conflict(cfg: Any, environ: Mapping[str, str]) -> Optional[str]:
     if cfg.radix_cache_backend is not None:
         return (f"--radix-cache-backend={cfg.radix_cache_backend!r} replaces the default cache "
                 "chain; islands exist only in the default UnifiedRadixCache")
+    if cfg.enable_hierarchical_cache:
+        reason = hicache_conflict(cfg)
+        if reason is not None:
+            return f"--enable-hierarchical-cache {reason}"
     for flag, on, what in (
-        ("--enable-hierarchical-cache", cfg.enable_hierarchical_cache,
-         "moves SWA between device and host, which the island path does not cover"),
         ("--enable-lmcache", cfg.enable_lmcache, "builds LMCacheUnifiedRadixCache"),
         ("--enable-flexkv", cfg.enable_flexkv, "builds the FlexKV cache"),
         ("--enable-unified-cache-external-linker", cfg.enable_unified_cache_external_linker,
@@ -68,6 +70,23 @@ def swa_islands_conflict(cfg: Any, environ: Mapping[str, str]) -> Optional[str]:
     if FREE_OUT_OF_WINDOW_ENV in environ:
         return (f"{FREE_OUT_OF_WINDOW_ENV} is set; under {FLAG} --swa-islands-reclaim decides what "
                 f"is freed at a commit (unset {FREE_OUT_OF_WINDOW_ENV})")
+    return None
+
+
+def hicache_conflict(cfg: Any) -> Optional[str]:
+    """Why islands cannot run with this HiCache configuration, or None. Covered: a host tier
+    (``--hicache-host-memory-mode cache``) under either write policy, with main's SWA eviction
+    walk (``--swa-islands-eviction lru``; ``auto`` resolves to it), on either tree core."""
+    if cfg.hicache_storage_backend is not None:
+        return (f"with --hicache-storage-backend {cfg.hicache_storage_backend} adds an L3 store "
+                "whose SWA prefetch and backup islands are not verified with")
+    if cfg.hicache_host_memory_mode != "cache":
+        return (f"with --hicache-host-memory-mode {cfg.hicache_host_memory_mode} stages SWA "
+                "through a buffer pipeline islands are not verified with")
+    if cfg.swa_islands_eviction == "window":
+        return ("with --swa-islands-eviction window: the window order treats a device tombstone "
+                "as final and splits locked windows without carrying a pending host backup; use "
+                "lru (what auto picks with a host tier)")
     return None
 
 

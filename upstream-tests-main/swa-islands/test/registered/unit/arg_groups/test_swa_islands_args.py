@@ -26,7 +26,12 @@ UNSUPPORTED = [
     ({"disable_radix_cache": True}, "--disable-radix-cache"),
     ({"disable_hybrid_swa_memory": True}, "--disable-hybrid-swa-memory"),
     ({"radix_cache_backend": "mine"}, "--radix-cache-backend='mine'"),
-    ({"enable_hierarchical_cache": True}, "--enable-hierarchical-cache"),
+    ({"enable_hierarchical_cache": True, "hicache_storage_backend": "file"},
+     "--enable-hierarchical-cache with --hicache-storage-backend file"),
+    ({"enable_hierarchical_cache": True, "hicache_host_memory_mode": "buffer_only"},
+     "--enable-hierarchical-cache with --hicache-host-memory-mode buffer_only"),
+    ({"enable_hierarchical_cache": True, "swa_islands_eviction": "window"},
+     "--enable-hierarchical-cache with --swa-islands-eviction window"),
     ({"enable_lmcache": True}, "--enable-lmcache"),
     ({"enable_flexkv": True}, "--enable-flexkv"),
     ({"enable_unified_cache_external_linker": True}, "--enable-unified-cache-external-linker"),
@@ -78,6 +83,17 @@ class TestSwaIslandsRefusals(unittest.TestCase):
     def test_the_default_configuration_is_covered(self):
         self.assertIsNone(swa_islands_conflict(args(), {}))
         handle_swa_islands(args(enable_swa_islands=True), environ={})
+
+    def test_a_hicache_host_tier_is_covered_under_either_write_policy(self):
+        """Islands compose with HiCache's host tier (cache mode, no L3 store) under main's SWA
+        walk: auto and lru eviction, write_through and write_back."""
+        for policy in ("write_through", "write_back"):
+            for eviction in ("auto", "lru"):
+                with self.subTest(policy=policy, eviction=eviction):
+                    cfg = args(enable_swa_islands=True, enable_hierarchical_cache=True,
+                               hicache_write_policy=policy, swa_islands_eviction=eviction)
+                    self.assertIsNone(swa_islands_conflict(cfg, {}))
+                    handle_swa_islands(cfg, environ={})
 
     def test_every_unsupported_combination_is_refused_with_its_reason(self):
         for overrides, named in UNSUPPORTED:
