@@ -18,6 +18,10 @@ from islands_harness.models import get_model
 
 CPU = admission_setup.CpuShape()
 
+HICACHE_ARGS = ("--enable-hierarchical-cache", "--hicache-io-backend", "direct")
+"""HiCache's host tier (write_through, host pool twice the device pool: 0.5.23's defaults); the
+direct io backend is the one that runs on CPU (``patches-main/0012``)."""
+
 ARMS: Dict[str, Dict[str, Any]] = {
     "upstream": {"args": (), "env": {}},
     "upstream_knobs": {"args": (), "env": dict(admission_setup.KNOBS_ENV)},
@@ -33,15 +37,20 @@ ARMS: Dict[str, Dict[str, Any]] = {
                           "env": {}, "main_islands": True},
     "main_islands_window": {"args": ("--enable-swa-islands", "--swa-islands-eviction", "window"),
                             "env": {}, "main_islands": True},
+    "main_hicache": {"args": HICACHE_ARGS, "env": {}, "main": True, "hicache": True},
+    "main_islands_hicache": {"args": ("--enable-swa-islands", *HICACHE_ARGS), "env": {},
+                             "main_islands": True, "hicache": True},
 }
 """``main``: stock sglang 0.5.23 (``islands_harness.main_arm``), default settings; ``main_knobs``:
 the same with main's two off-by-default SWA knobs (``MAIN_KNOBS_ENV``), ``main_free_off`` /
 ``main_release_prefill`` one of them each; ``main_islands``: 0.5.23 with the main islands series
 (`.venv-main-islands`) and ``--enable-swa-islands`` (``main_islands_auto``: with
 ``--swa-islands-reclaim auto``; ``main_islands_window``: with ``--swa-islands-eviction window``,
-the window-aware SWA eviction order on the Python tree core). Each runs when named in --arms."""
+the window-aware SWA eviction order on the Python tree core); ``main_hicache`` and
+``main_islands_hicache``: ``main`` and ``main_islands`` with HiCache's host tier
+(``HICACHE_ARGS``). Each runs when named in --arms."""
 MAIN_ARMS = ("main", "main_knobs", "main_free_off", "main_release_prefill", "main_islands",
-             "main_islands_auto", "main_islands_window")
+             "main_islands_auto", "main_islands_window", "main_hicache", "main_islands_hicache")
 """The arms on sglang 0.5.23."""
 DEFAULT_ARMS = ("upstream", "upstream_knobs", "islands_eager", "islands")
 """The issue's four arms; ``islands_auto`` (eager below the watermark) runs when named in --arms."""

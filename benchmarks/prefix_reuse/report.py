@@ -133,6 +133,37 @@ def acceptance_main(arms: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], page:
     return checks
 
 
+HICACHE_REFERENCES = ("main_hicache", "main_islands")
+
+
+def acceptance_hicache(arms: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], page: int,
+                       pools: Sequence[str] = POOLS,
+                       classes: Sequence[str] = CLASSES) -> List[Dict[str, Any]]:
+    """Issue 50's done-when, per pool and class: ``main_islands_hicache`` cached >= the better of
+    ``main_hicache`` and ``main_islands`` - one page per request, and ``gap_closed``, the share of
+    the gap from that better arm to the no-forget bound (``expected_shared_tokens``) it closes
+    (None where there is no gap). Empty unless it and a reference ran."""
+    if "main_islands_hicache" not in arms or not set(HICACHE_REFERENCES) & set(arms):
+        return []
+    checks: List[Dict[str, Any]] = []
+    for pool in pools:
+        for cls in classes:
+            rec = arms["main_islands_hicache"].get(pool, {}).get(cls)
+            refs = {n: arms.get(n, {}).get(pool, {}).get(cls) for n in HICACHE_REFERENCES}
+            refs = {n: r for n, r in refs.items() if r is not None}
+            if rec is None or not refs:
+                continue
+            best = max(r["cached_tokens"] for r in refs.values())
+            bound = rec["expected_shared_tokens"]
+            got = rec["cached_tokens"]
+            checks.append({
+                "pool": pool, "class": cls, "islands": got, "reference": best, "bound": bound,
+                "pass": got >= best - page * rec["requests"],
+                "gap_closed": round((got - best) / (bound - best), 3) if bound > best else None,
+                "detail": ", ".join(f"{n} {r['cached_tokens']}" for n, r in refs.items())})
+    return checks
+
+
 # ----------------------------------------------------------------------------- result
 
 
@@ -202,6 +233,9 @@ def assemble(boots: List[Dict[str, Any]], meta: Dict[str, Any]) -> Dict[str, Any
     main_checks = acceptance_main(arms, CPU.page, pools, classes)
     if main_checks:
         result["acceptance_main"] = main_checks
+    hicache_checks = acceptance_hicache(arms, CPU.page, pools, classes)
+    if hicache_checks:
+        result["acceptance_hicache"] = hicache_checks
     return result
 
 
@@ -220,12 +254,18 @@ ROWS = [  # (label, key, digits)
     ("max running", "max_running", 0),
     ("retractions", "retractions", 0),
     ("peak SWA used", "peak_swa_used", 0),
+    ("host-tier hit tokens", "host_hit_tokens", 0),
+    ("host traffic / cached token", "host_traffic_per_hit_token", 3),
     ("SWA held / running req (max)", "max_swa_held_per_running_req", 0),
     ("decode steps", "decode_steps", 0),
     ("requests / server CPU-s", "req_per_cpu_s", 3),
     ("output tok / server CPU-s", "tok_per_cpu_s", 1),
     ("wall s", "wall_s", 1),
 ]
+
+
+HOST_ROWS = ("host_hit_tokens", "host_traffic_per_hit_token")
+"""The rows only HiCache arms record."""
 
 
 def _f(x, nd=2) -> str:
@@ -332,6 +372,10 @@ def arm_descriptions(run: Sequence[str] | Dict[str, Any],
         "main_islands_auto": "the same with `--swa-islands-reclaim auto`",
         "main_islands_window": "the same with `--swa-islands-eviction window`: cold SWA, then "
                                "retention windows, then the rest, on the Python tree core",
+        "main_hicache": "`main` + HiCache's host tier (`--enable-hierarchical-cache "
+                        "--hicache-io-backend direct`: write_through, host pool 2x device)",
+        "main_islands_hicache": "`main_islands` + the same host tier (eviction `auto` is "
+                                "main's SWA walk with a host tier)",
     }
     d.update((n, t) for n, t in optional.items() if n in run)
     return d
@@ -420,6 +464,21 @@ def _md_acceptance(result: Dict[str, Any]) -> List[str]:
         L.append(f"\n{sum(c['pass'] is True for c in main_checks)} PASS, "
                  f"{sum(c['pass'] is False for c in main_checks)} FAIL, "
                  f"{sum(c['pass'] is None for c in main_checks)} n/a.\n")
+    hicache_checks = result.get("acceptance_hicache") or []
+    if hicache_checks:
+        L.append("### With HiCache's host tier (issue 50)\n")
+        L.append(f"`main_islands_hicache` cached tokens ≥ the better of `main_hicache` and "
+                 f"`main_islands` − one page ({page}) per request; *gap closed*: the share of the "
+                 "gap from that better arm to the no-forget bound that it closes.\n")
+        L.append("| pool | class | `main_islands_hicache` | better reference | no-forget bound | "
+                 "gap closed | result | references |")
+        L.append("|---|---|---|---|---|---|---|---|")
+        for c in hicache_checks:
+            L.append(f"| {c['pool']} | {c['class']} | {_f(c['islands'])} | {_f(c['reference'])} | "
+                     f"{_f(c['bound'])} | {_f(c['gap_closed'], 3)} | "
+                     f"{'**PASS**' if c['pass'] else '**FAIL**'} | {c['detail']} |")
+        L.append(f"\n{sum(c['pass'] for c in hicache_checks)} PASS, "
+                 f"{sum(not c['pass'] for c in hicache_checks)} FAIL.\n")
     return L
 
 
@@ -440,6 +499,9 @@ def _md_results(result: Dict[str, Any], arm_names: Sequence[str], pools: Sequenc
         L.append("|---|---|" + "---|" * len(arm_names))
         for c in classes:
             for label, key, nd in ROWS:
+                if key in HOST_ROWS and not any(key in (arms[a].get(p, {}).get(c) or {})
+                                                for a in arm_names):
+                    continue  # a run without a HiCache arm has no host-tier rows
                 cells = []
                 for a in arm_names:
                     r = arms[a].get(p, {}).get(c)
@@ -474,7 +536,8 @@ COLORS = {"upstream": "#d62728", "upstream_knobs": "#ff7f0e", "islands_eager": "
           "islands": "#2ca02c", "islands_auto": "#9467bd", "main": "#7f7f7f",
           "main_knobs": "#8c564b", "main_free_off": "#bcbd22", "main_release_prefill": "#e377c2",
           "main_islands": "#98df8a", "main_islands_auto": "#c5b0d5",
-          "main_islands_window": "#1f77b4"}
+          "main_islands_window": "#1f77b4", "main_hicache": "#c49c94",
+          "main_islands_hicache": "#006400"}
 
 
 def plot(result: Dict[str, Any], png: pathlib.Path) -> None:

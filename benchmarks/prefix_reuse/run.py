@@ -85,6 +85,32 @@ def finish_class(res: Dict[str, Any], islands: bool) -> Dict[str, Any]:
     return rec
 
 
+HOST_COUNTERS = {  # record key: (/metrics counter, labels)
+    "host_hit_tokens": ("sglang:cached_tokens_total", {"cache_source": "host"}),
+    "backup_kv_tokens": ("sglang:hicache_backup_tokens_total", {"pool": "kv"}),
+    "backup_swa_tokens": ("sglang:hicache_backup_tokens_total", {"pool": "swa"}),
+    "load_back_kv_tokens": ("sglang:load_back_tokens_total", {"pool": "kv"}),
+    "load_back_swa_tokens": ("sglang:load_back_tokens_total", {"pool": "swa"}),
+}
+"""HiCache's host<->device traffic, per class as the counters' growth over it."""
+
+
+def host_counters(base_url: str) -> Dict[str, float]:
+    from islands_harness.client import fetch_metrics
+
+    m = fetch_metrics(base_url)
+    return {k: m.value(name, labels, default=0.0) for k, (name, labels) in HOST_COUNTERS.items()}
+
+
+def host_traffic(before: Dict[str, float], after: Dict[str, float], cached: int) -> Dict[str, Any]:
+    """The counters' growth over a class, and the tokens moved between device and host (backups
+    plus loads, both pools) per cached token."""
+    out: Dict[str, Any] = {k: int(after[k] - before[k]) for k in HOST_COUNTERS}
+    moved = sum(v for k, v in out.items() if k != "host_hit_tokens")
+    out["host_traffic_per_hit_token"] = round(moved / cached, 3) if cached else None
+    return out
+
+
 def log(msg: str) -> None:
     """One progress line on stderr, ``[prefix_reuse HH:MM:SS] msg``."""
     print(f"[prefix_reuse {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -121,10 +147,14 @@ def run_boot(arm: str, pool_name: str, pool: Dict[str, Any], scripts: Dict[str, 
             script = scripts[cls]
             body = lambda: run_class(cls, script, send, lambda m: None,  # noqa: E731
                                      base_url=srv.base_url, timeout=a.request_timeout)
+            hicache = ARMS[arm].get("hicache", False)
+            before = host_counters(srv.base_url) if hicache else None
             res = admission_run.run_phase(srv, "agent" if cls == "agents" else cls, CPU.cap,
                                           a.sample_interval, body, extra=class_extra,
                                           lead_s=a.lead, settle_s=a.settle)
             rec = finish_class(res, islands)
+            if hicache:
+                rec.update(host_traffic(before, host_counters(srv.base_url), rec["cached_tokens"]))
             out["classes"][cls] = rec
             out.setdefault("series", {})[cls] = res.get("series")
             out.setdefault("per_request", {})[cls] = res.get("per_request")

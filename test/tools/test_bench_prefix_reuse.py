@@ -16,9 +16,10 @@ sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 from prefix_reuse.arms import ARMS, DEFAULT_ARMS, POOLS  # noqa: E402
 from prefix_reuse.clients import plan_classes  # noqa: E402
 from prefix_reuse.report import (ALWAYS_DESCRIBED, CLASS_KEYS, COLORS,  # noqa: E402
-                                 MAIN_ISLANDS_AUTO, acceptance, acceptance_main,
+                                 MAIN_ISLANDS_AUTO, acceptance, acceptance_hicache,
+                                 acceptance_main,
                                  arm_descriptions, assemble, to_markdown, validate_result)
-from prefix_reuse.run import class_extra  # noqa: E402
+from prefix_reuse.run import HOST_COUNTERS, class_extra, host_traffic  # noqa: E402
 from prefix_reuse.workloads import (CLASSES, PRESETS, build_branch_edit, build_scripts,  # noqa: E402
                                     build_shared_system, check_workload, common_prefix_len,
                                     expected_shared_per_request, expected_shared_tokens)
@@ -155,6 +156,42 @@ def test_main_acceptance_takes_the_better_main_arm_with_one_page_per_request():
     checks = acceptance_main(arms, page=1, pools=["0.10-eq"], classes=["fanout"])
     assert [(c["criterion"].split()[0], c["pass"]) for c in checks] == [
         ("main_islands", False), ("main_islands_window", True)]
+
+
+def test_hicache_acceptance_takes_the_better_reference_and_the_gap_to_the_bound():
+    arms = {"main_hicache": {"0.10-eq": {"fanout": _rec(700)}},
+            "main_islands": {"0.10-eq": {"fanout": _rec(800)}},
+            "main_islands_hicache": {"0.10-eq": {"fanout": _rec(900, requests=10)}}}
+    [c] = acceptance_hicache(arms, page=1, pools=["0.10-eq"], classes=["fanout"])
+    assert c["pass"] is True and c["reference"] == 800 and c["bound"] == 1000
+    assert c["gap_closed"] == 0.5  # (900 - 800) / (1000 - 800)
+    arms["main_islands_hicache"]["0.10-eq"]["fanout"] = _rec(789, requests=10)
+    [c] = acceptance_hicache(arms, page=1, pools=["0.10-eq"], classes=["fanout"])
+    assert c["pass"] is False and c["gap_closed"] == -0.055
+    arms["main_islands"]["0.10-eq"]["fanout"] = _rec(1000)
+    [c] = acceptance_hicache(arms, page=1, pools=["0.10-eq"], classes=["fanout"])
+    assert c["gap_closed"] is None  # no gap left to close
+    assert acceptance_hicache({"main_hicache": arms["main_hicache"]}, page=1) == []
+    result = assemble([{"arm": a, "pool": "0.10-eq", "classes": v["0.10-eq"]}
+                       for a, v in arms.items()], {})
+    assert result["acceptance_hicache"][0]["class"] == "fanout"
+
+
+def test_host_traffic_is_each_counter_growth_and_tokens_moved_per_cached_token():
+    before = {k: 10.0 for k in HOST_COUNTERS}
+    after = {"host_hit_tokens": 110.0, "backup_kv_tokens": 60.0, "backup_swa_tokens": 30.0,
+             "load_back_kv_tokens": 110.0, "load_back_swa_tokens": 20.0}
+    out = host_traffic(before, after, cached=200)
+    assert out["host_hit_tokens"] == 100 and out["backup_kv_tokens"] == 50
+    assert out["host_traffic_per_hit_token"] == round((50 + 20 + 100 + 10) / 200, 3)
+    assert host_traffic(before, before, cached=0)["host_traffic_per_hit_token"] is None
+
+
+def test_hicache_arms_add_the_host_tier_to_main_and_main_islands():
+    for arm, base in (("main_hicache", "main"), ("main_islands_hicache", "main_islands")):
+        assert ARMS[arm]["args"][:len(ARMS[base]["args"])] == ARMS[base]["args"]
+        assert "--enable-hierarchical-cache" in ARMS[arm]["args"] and ARMS[arm]["hicache"]
+        assert ARMS[arm]["env"] == ARMS[base]["env"]
 
 
 def test_main_arms_take_their_environments():
