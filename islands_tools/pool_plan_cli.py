@@ -231,6 +231,15 @@ def build_parser() -> argparse.ArgumentParser:
                      metavar="START:STOP:STEP|LIST",
                      help="ratios for the table: 0.05:0.40:0.05 (default; stop included) or 0.10,0.17,0.32")
     pol.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
+    live = p.add_argument_group(
+        "live traffic (0.5.23 with the islands series, --enable-metrics; docs/OBSERVING.md)")
+    live.add_argument("--metrics-url", metavar="URL",
+                      help="read what the SWA pool costs in hits from a running server "
+                           "(http://HOST:PORT): the share of full-attention hits the SWA cut "
+                           "(sglang:swa_cut_tokens_total) and what it suggests; no plan is made")
+    live.add_argument("--current-ratio", type=float, default=None, metavar="R",
+                      help="with --metrics-url: the server's --swa-full-tokens-ratio, for a "
+                           "suggested ratio when the cut share calls for a higher one")
     return p
 
 
@@ -507,6 +516,18 @@ def _render_per_rank(p: dict) -> list:
 
 def main(argv=None) -> int:
     parser = build_parser()
+    live = argparse.ArgumentParser(add_help=False)  # --metrics-url needs no plan inputs
+    live.add_argument("--metrics-url")
+    live.add_argument("--current-ratio", type=float, default=None)
+    known, _ = live.parse_known_args(argv)
+    if known.metrics_url:
+        from islands_tools import swa_cut
+
+        try:
+            print(swa_cut.advice(swa_cut.read(known.metrics_url), known.current_ratio))
+        except (OSError, ValueError) as e:  # requests' errors are OSErrors
+            parser.error(f"--metrics-url {known.metrics_url}: {e}")
+        return 0
     args = parser.parse_args(argv)
     try:
         result = make_plan(args, parser, argv)

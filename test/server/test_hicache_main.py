@@ -13,7 +13,10 @@ every op 0012 adds: `write_through` on `page_first` (`page_first_direct`), `writ
 `layer_first`. Tiny hybrid-SWA model (window 32), page 1, chunk 64, a 1024-token full device pool,
 a 512-token SWA pool, a host pool of twice that. The workload, in order:
 - A (300 tokens), four 400-token fillers that push A out of the device pool, A again (its hit is
-  all host: 299), A extended (hits A's prompt on the device, where the load put it);
+  all host: 299), A extended (hits A's prompt on the device, where the load put it), A's first
+  150 tokens + 20 new ones (no window ends at 150: islands' patch 0015 reports the SWA cut, the
+  tokens the full-attention cache held past the hit, per request and in
+  `sglang:swa_cut_tokens_total`);
 - B (100 tokens, 160 generated: decode islands every 16 tokens), four more fillers, then C = B's
   prompt + B's first 120 output tokens + 10 new ones: islands wrote a window through at every
   island, so C hits B's output from the host tier; stock main wrote B's output window only at
@@ -37,6 +40,7 @@ from islands_harness.client import GenerateResult, Metrics, StreamingRequest, fe
 from islands_harness.conversations import flush_cache_when_idle
 from islands_harness.main_arm import MAIN_ISLANDS_PYTHON
 from islands_harness.server import REPO_ROOT, SglangServer, drop_benign_warnings
+from islands_tools import swa_cut
 
 MAIN_PY = Path(os.environ.get("HICACHE_MAIN_PYTHON")
                or REPO_ROOT / ".venv-main" / "bin" / "python")
@@ -48,7 +52,7 @@ PATCHES = REPO_ROOT / "patches-main"
 
 WINDOW = 32
 MAX_NEW = 8
-PROMPT, FILLER, FILLERS, EXTRA = 300, 400, 4, 20
+PROMPT, FILLER, FILLERS, EXTRA, BRANCH_AT = 300, 400, 4, 20, 150
 B_PROMPT, B_NEW, C_AT, C_NEW, ISLAND_EVERY = 100, 160, 120, 10, 16
 ABORT_PROMPT = 1000
 DEVICE_FULL_TOKENS = 1024
@@ -91,6 +95,7 @@ class Served:
     aborted: bool
     log: str
     seconds: float
+    advice: str | None  # scripts/swa_pool_plan.py --metrics-url on the islands arm
 
 
 def _toks(rng: random.Random, n: int) -> list[int]:
@@ -104,8 +109,10 @@ def first_workload() -> list[tuple[str, list[int], int]]:
     fillers = [(f"filler{i}", _toks(rng, FILLER), MAX_NEW) for i in range(FILLERS)]
     b = _toks(rng, B_PROMPT)
     more = [(f"filler_b{i}", _toks(rng, FILLER), MAX_NEW) for i in range(FILLERS)]
+    branch = a[:BRANCH_AT] + _toks(random.Random(53), EXTRA)
     return [("A", a, MAX_NEW), *fillers, ("A_again", a, MAX_NEW),
-            ("A_extended", a + _toks(rng, EXTRA), MAX_NEW), ("B", b, B_NEW), *more]
+            ("A_extended", a + _toks(rng, EXTRA), MAX_NEW), ("A_branch", branch, MAX_NEW),
+            ("B", b, B_NEW), *more]
 
 
 def c_prompt(b_prompt: list[int], b_output: list[int]) -> list[int]:
@@ -173,13 +180,15 @@ class Runs:
             c = c_prompt(done["B"][0], done["B"][1].output_ids)
             done["C"] = (c, srv.generate(c, max_new_tokens=MAX_NEW))
             metrics = fetch_metrics(srv.base_url)
+            advice = (swa_cut.advice(swa_cut.read(srv.base_url + "/metrics"), 0.5)
+                      if arm == "main_islands" else None)
             aborted = _abort_mid_prefill(srv)
             flush_cache_when_idle(srv)
             srv.generate([5, 6, 7], 2)  # a tick: the gauges refresh on the scheduler's log path
             time.sleep(1.0)
             after_flush = fetch_metrics(srv.base_url)
         return Served(arm, policy, layout, done, metrics, after_flush, aborted,
-                      srv.log_path.read_text(errors="replace"), time.monotonic() - t0)
+                      srv.log_path.read_text(errors="replace"), time.monotonic() - t0, advice)
 
 
 @pytest.fixture(scope="module")
@@ -280,3 +289,20 @@ def test_an_abort_mid_prefill_and_a_flush_leave_both_tiers_at_baseline(runs, arm
     log, _ = drop_benign_warnings(served.log)
     for alarm in ("Traceback (most recent call last)", "Mem Leak Detected"):
         assert alarm not in log, alarm
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_islands_report_the_swa_cut_per_request_and_in_metrics(runs, policy):
+    """A's branch at 150 finds A's full-attention KV to 150 but no window ending there: hit +
+    cut = 150 in its cached_tokens_details, and the counter sums every request's cut."""
+    served = runs.get("main_islands", policy)
+    cuts = {n: (r.meta_info.get("cached_tokens_details") or {}).get("swa_cut", 0)
+            for n, (_, r) in served.requests.items()}
+    branch = served.requests["A_branch"][1]
+    assert cuts["A_branch"] > 0, branch.meta_info
+    assert branch.cached_tokens + cuts["A_branch"] == BRANCH_AT, branch.meta_info
+    assert served.metrics.value("sglang:swa_cut_tokens_total") == sum(cuts.values()), cuts
+    share = sum(cuts.values()) / (sum(cuts.values()) + served.metrics.value(
+        "sglang:cached_tokens_total"))
+    assert f"SWA cut share of the full-attention hits: {share:.1%}" in served.advice, served.advice
