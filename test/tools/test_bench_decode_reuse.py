@@ -13,7 +13,10 @@ from islands_harness.conversations import LogScan
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(_ROOT / "benchmarks"))
 
-import decode_reuse  # noqa: E402
+from decode_reuse import cli as dr_cli  # noqa: E402
+from decode_reuse import report as dr_report  # noqa: E402
+from decode_reuse import run as dr_run  # noqa: E402
+from decode_reuse import setup as dr_setup  # noqa: E402
 
 RESULT_JSON = _ROOT / "benchmarks" / "results" / "decode_reuse.json"
 RESULT_MD = _ROOT / "benchmarks" / "results" / "decode_reuse.md"
@@ -70,15 +73,15 @@ def test_island_inserts_by_kind():
 
 def test_cli_help():
     with pytest.raises(SystemExit) as e:
-        decode_reuse.main(["--help"])
+        dr_cli.main(["--help"])
     assert e.value.code == 0
 
 
 def test_main_arm_boots_the_other_release_with_upstreams_arguments(monkeypatch):
     """``main``: upstream's arguments and environment, the interpreter of .venv-main; only
     ``main`` boots it; the default arms leave it out."""
-    assert decode_reuse.ARMS["main"] == decode_reuse.ARMS["upstream"] == []
-    assert "main" not in decode_reuse.ARM_ENV
+    assert dr_setup.ARMS["main"] == dr_setup.ARMS["upstream"] == []
+    assert "main" not in dr_setup.ARM_ENV
     seen = []
 
     class Boot(Exception):
@@ -91,13 +94,13 @@ def test_main_arm_boots_the_other_release_with_upstreams_arguments(monkeypatch):
         def start(self):
             raise Boot
 
-    monkeypatch.setattr(decode_reuse, "SglangServer", FakeServer)
-    monkeypatch.setattr(decode_reuse, "main_python", lambda: "/venv-main/bin/python")
+    monkeypatch.setattr(dr_run, "SglangServer", FakeServer)
+    monkeypatch.setattr(dr_setup, "main_python", lambda: "/venv-main/bin/python")
     for arm in ("upstream", "main"):
         with pytest.raises(Boot):
-            decode_reuse.run_arm(_ROOT, 100, arm, decode_reuse.quick_shape(1), [])
-    assert seen == [(decode_reuse.SERVER_ARGS, None),
-                    (decode_reuse.SERVER_ARGS, "/venv-main/bin/python")]
+            dr_run.run_arm(_ROOT, 100, arm, dr_setup.quick_shape(1), [])
+    assert seen == [(dr_setup.SERVER_ARGS, None),
+                    (dr_setup.SERVER_ARGS, "/venv-main/bin/python")]
 
 
 def test_main_knobs_and_main_islands_arms_boot_their_environments(monkeypatch):
@@ -120,15 +123,15 @@ def test_main_knobs_and_main_islands_arms_boot_their_environments(monkeypatch):
         def start(self):
             raise Boot
 
-    monkeypatch.setattr(decode_reuse, "SglangServer", FakeServer)
-    monkeypatch.setattr(decode_reuse, "main_python", lambda: "/venv-main/bin/python")
-    monkeypatch.setattr(decode_reuse, "main_islands_python",
+    monkeypatch.setattr(dr_run, "SglangServer", FakeServer)
+    monkeypatch.setattr(dr_setup, "main_python", lambda: "/venv-main/bin/python")
+    monkeypatch.setattr(dr_setup, "main_islands_python",
                         lambda: "/venv-main-islands/bin/python")
     arms = ("main_knobs", "main_free_off", "main_release_prefill", "main_islands")
     for arm in arms:
         with pytest.raises(Boot):
-            decode_reuse.run_arm(_ROOT, 100, arm, decode_reuse.quick_shape(1), [])
-    sa = decode_reuse.SERVER_ARGS
+            dr_run.run_arm(_ROOT, 100, arm, dr_setup.quick_shape(1), [])
+    sa = dr_setup.SERVER_ARGS
     assert seen == [
         (sa, main_arm.MAIN_KNOBS_ENV, "/venv-main/bin/python"),
         (sa, main_arm.MAIN_FREE_OFF_ENV, "/venv-main/bin/python"),
@@ -155,15 +158,15 @@ def test_model_option_reaches_the_arms_and_refuses_arms_that_do_not_serve_it(mon
         def start(self):
             raise Boot
 
-    monkeypatch.setattr(decode_reuse, "SglangServer", FakeServer)
-    monkeypatch.setattr(decode_reuse, "main_islands_python", lambda: "/venv-main-islands/bin/python")
-    monkeypatch.setattr(decode_reuse, "code_version", lambda python: {})
+    monkeypatch.setattr(dr_run, "SglangServer", FakeServer)
+    monkeypatch.setattr(dr_setup, "main_islands_python", lambda: "/venv-main-islands/bin/python")
+    monkeypatch.setattr(dr_run, "code_version", lambda python: {})
     with pytest.raises(Boot):
-        decode_reuse.main(["--quick", "--model", "gemma4", "--arms", "main_islands,main"])
+        dr_cli.main(["--quick", "--model", "gemma4", "--arms", "main_islands,main"])
     assert seen == [(get_model("gemma4").build().name,
-                     decode_reuse.SERVER_ARGS + ["--enable-swa-islands"] + g4)]
+                     dr_setup.SERVER_ARGS + ["--enable-swa-islands"] + g4)]
     with pytest.raises(SystemExit) as e:
-        decode_reuse.main(["--model", "gemma4", "--arms", "main,upstream,islands"])
+        dr_cli.main(["--model", "gemma4", "--arms", "main,upstream,islands"])
     assert e.value.code == 2 and "arms upstream, islands" in capsys.readouterr().err
 
 
@@ -178,10 +181,10 @@ def test_main_islands_python_names_the_build_step_when_missing(monkeypatch, tmp_
 def test_outputs_are_compared_against_the_first_arm_without_upstream():
     arms = {"main": {"_outputs": {"a": [1, 2]}}, "main_knobs": {"_outputs": {"a": [1, 2]}},
             "main_islands": {"_outputs": {"a": [1, 3]}}}
-    eq = decode_reuse.compare_outputs(arms)
+    eq = dr_report.compare_outputs(arms)
     assert eq["reference"] == "main" and eq["arms_compared"] == ["main_islands", "main_knobs"]
     assert eq["differ"] == {"main_islands:a": {"first_diff": 1}} and not eq["all_equal"]
-    assert "reference" not in decode_reuse.compare_outputs(
+    assert "reference" not in dr_report.compare_outputs(
         {"upstream": {"_outputs": {}}, "main": {"_outputs": {}}})
 
 
@@ -197,11 +200,11 @@ def test_hf_check_finds_the_first_token_that_is_not_transformers_greedy(tmp_path
     bad = good[:7] + [(good[7] + 1) % 500] + good[8:]
     arms = {"main": {"_inputs": {"a": prompt, "b": prompt}, "_outputs": {"a": good, "b": bad}},
             "main_islands": {"_inputs": {}, "_outputs": {}}}
-    hf = decode_reuse.hf_check(model, arms)
+    hf = dr_report.hf_check(model, arms)
     assert hf == {"reference": "main", "requests": 2, "differ": {"b": {"first_diff": 7}},
                   "all_equal": False}
     r = json.loads(MAIN_RESULT_JSON.read_text())
-    assert "Transformers' greedy" in decode_reuse.markdown({**r, "hf": hf})
+    assert "Transformers' greedy" in dr_report.markdown({**r, "hf": hf})
 
 
 def test_committed_result_backs_the_claims_and_renders_the_committed_table():
@@ -228,9 +231,9 @@ def test_committed_result_backs_the_claims_and_renders_the_committed_table():
     assert isl["peak_swa_used"] < r["arms"]["upstream"]["peak_swa_used"]
     assert r["outputs"]["all_equal"] is True
     assert r["outputs"]["arms_compared"] == ["islands", "main", "upstream_knobs"]
-    assert {n: decode_reuse.admitted_after_previous_finished(a)
+    assert {n: dr_report.admitted_after_previous_finished(a)
             for n, a in r["arms"].items()} == {n: [] for n in r["arms"]}
-    assert decode_reuse.markdown(r) == RESULT_MD.read_text()
+    assert dr_report.markdown(r) == RESULT_MD.read_text()
 
 
 def test_committed_main_result_backs_issue_27s_decode_claims():
@@ -250,25 +253,25 @@ def test_committed_main_result_backs_issue_27s_decode_claims():
         assert all(x >= y for x, y in zip(isl["cached_share_per_turn"], a["cached_share_per_turn"]))
     ref = r["arms"]["islands"]["cached_share_per_turn"]
     # like with like: every while_running turn of every arm was admitted while its previous ran
-    assert {n: decode_reuse.admitted_after_previous_finished(a)
+    assert {n: dr_report.admitted_after_previous_finished(a)
             for n, a in r["arms"].items()} == {n: [] for n in r["arms"]}
     assert all(x >= y for x, y in zip(isl["cached_share_per_turn"], ref)), (
         isl["cached_share_per_turn"], ref)
     assert r["outputs"]["all_equal"] is True and r["outputs"]["reference"] == "main"
     assert r["hf"] == {"reference": "main", "requests": r["outputs"]["requests_compared"],
                        "differ": {}, "all_equal": True}  # and so every arm: transformers' greedy
-    assert decode_reuse.markdown(r) == MAIN_RESULT_MD.read_text()
+    assert dr_report.markdown(r) == MAIN_RESULT_MD.read_text()
 
 
 def test_turns_admitted_after_the_previous_finished_are_named_in_the_table():
     """A while_running turn whose previous turn had finished (stream lag past --run-on) measures a
     finished transcript's hit, not a running output's: the table names it, per arm."""
     r = json.loads(MAIN_RESULT_JSON.read_text())
-    assert "Admitted after the previous turn" not in decode_reuse.markdown(r)
+    assert "Admitted after the previous turn" not in dr_report.markdown(r)
     arm = r["arms"]["islands"]
     arm["phases"]["agents"]["per_turn"][2]["prev_running_at_admit"] -= 1
     arm["phases"]["conversation_while_running"]["turns"][1]["prev_running_at_admit"] = False
-    late = decode_reuse.admitted_after_previous_finished(arm)
+    late = dr_report.admitted_after_previous_finished(arm)
     agents = len(arm["phases"]["agents"]["turns"])
     assert late == ["conversation turn 2", f"agents turn 3 (1 of {agents})"]
-    assert f"islands: conversation turn 2, agents turn 3 (1 of {agents})" in decode_reuse.markdown(r)
+    assert f"islands: conversation turn 2, agents turn 3 (1 of {agents})" in dr_report.markdown(r)

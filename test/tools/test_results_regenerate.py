@@ -46,13 +46,13 @@ RENDERED = (
     + _cases("cache_cost.report", "to_markdown", "cache_cost", "cache_cost_before")
     + _cases("cache_cost.main_target", "report", "cache_cost_main", "cache_cost_main_chunk256",
              "cache_cost_main_chunk512", "cache_cost_main_interval64")
-    + _cases("decode_reuse", "markdown", "decode_reuse", "decode_reuse_main",
+    + _cases("decode_reuse.report", "markdown", "decode_reuse", "decode_reuse_main",
              "decode_reuse_main_gemma4")
     + _cases("swa_hold.report", "to_markdown",
              "swa_hold_quick", "swa_hold_production", "swa_hold_main_quick",
              "swa_hold_main_production", "gpu/swa_hold_quick_cuda", "gpu/swa_hold_production_cuda",
              "gpu/2026-12-01/swa_hold_quick_cuda", "gpu/2026-12-01/swa_hold_production_cuda")
-    + _cases("soak", "to_markdown",
+    + _cases("soak.report", "to_markdown",
              "soak_30min", "soak_30min_main", "soak_30min_main_window", "soak_quick_off")
 )
 

@@ -1,0 +1,60 @@
+"""The soak's server and configuration: pools small enough that decode retracts, the allocator's
+debug checks on, the target release and its interpreter."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Optional
+
+WINDOW = 32
+FULL_POOL = 2400
+SWA_RATIO = 0.2
+MAX_RUNNING = 8
+CONTEXT = 4096
+SERVER_ARGS = [
+    "--page-size", "1", "--chunked-prefill-size", "128", "--max-running-requests",
+    str(MAX_RUNNING), "--max-total-tokens", str(FULL_POOL), "--swa-full-tokens-ratio",
+    str(SWA_RATIO), "--enable-metrics", "--decode-log-interval", "1", "--sleep-on-idle",
+]
+SERVER_ENV = {
+    "SGLANG_DEBUG_MEMORY_POOL": "1",
+    "SGLANG_INIT_NEW_TOKEN_RATIO": "0.05",
+    "SGLANG_REQUEST_STATE_WAIT_TIMEOUT": "1",
+}
+RETRACTED = "sglang:num_retracted_requests_total"
+REQUEST_TIMEOUT_S = 900
+TRACEBACK = re.compile(r"^Traceback \(most recent call last\)", re.M)
+
+
+@dataclasses.dataclass
+class SoakConfig:
+    minutes: float = 30.0
+    idle_every_s: float = 120.0
+    clients: int = 12
+    seed: int = 0
+    islands: bool = True
+    target: str = "0.5.15"
+    eviction: Optional[str] = None  # main only: --swa-islands-eviction
+    boot_timeout_s: float = 900.0
+
+
+TARGETS = ("0.5.15", "main")
+TARGET_VERSION = {"0.5.15": "0.5.15.post1", "main": "0.5.23"}
+
+
+def server_command(cfg: SoakConfig) -> tuple[list[str], Optional[str]]:
+    """The soak server's extra arguments and interpreter (None: this one) for ``cfg``."""
+    args = list(SERVER_ARGS) + (["--enable-swa-islands"] if cfg.islands else [])
+    if cfg.eviction is not None:
+        if cfg.target != "main" or not cfg.islands:
+            raise SystemExit("--eviction needs --target main with islands on")
+        args += ["--swa-islands-eviction", cfg.eviction]
+    if cfg.target == "0.5.15":
+        return args, None
+    from islands_harness.main_arm import main_islands_python, main_python
+
+    return args, main_islands_python() if cfg.islands else main_python()
+
+
+QUICK = dict(minutes=1.5, idle_every_s=30.0)
