@@ -25,7 +25,7 @@ Measured server-vs-HF log-probability differences on the CPU server: GPT-OSS wit
 (Laguna's flips in the soak had margins of 2e-7 to 2e-6); tiny Gemma 4 up to 2.7e-4 (mean 5.1e-5, the top two of 29 steps after a 600-token prompt;
 sglang's and transformers' Gemma 4 compute norms, softcap and per-layer inputs in other orders),
 and the flips seen there had margins of 1.9e-5 and 1.1e-4. The soak keeps its own, stricter
-bound (`NEAR_TIE_LOGITS` in benchmarks/soak.py, 1e-5, Laguna only)."""
+bound (`NEAR_TIE_LOGITS` in benchmarks/soak/report.py, 1e-5, Laguna only)."""
 
 
 @functools.lru_cache(maxsize=4)
