@@ -62,6 +62,16 @@ docstring says what is timed); the decode phase is included in every run (decode
 decode-progress hook are part of the whole-run cost), and this command itself may run under any
 of the environments.
 
+``--model-shape NAME`` (``--target main``) builds those pools with a model's layer count, KV
+heads, head dims and KV dtype (``swa_hold.model_shape``: ``toy``, the default, and
+``gemma4-26b-a4b``, the seed's model, its fields read from ``scripts/gpu_seed_model.py``, fp8 KV)
+and reports the hold also in bytes per running request and the pools in GiB. The pools are then
+real memory (``--production`` with ``gemma4-26b-a4b``: 112,640 B per token slot of both pools):
+unless ``--full-pool`` is given they default to what the driver can allocate at most
+(``n x (prompt + decode + p)``, ``model_shape.tight_pool``; the toy keeps its ``4 x cp``
+slack), and the command refuses, naming the number of requests that would fit, pools larger
+than ``--max-pool-gib`` or than 70% of the memory available at start.
+
 Modules: ``swa_hold.setup`` (arms, shapes, the arm's environment), ``swa_hold.run`` (one arm, one
 run, and its observation hooks), ``swa_hold.result`` (the run schedule and the JSON result),
 ``swa_hold.report`` (the markdown); this file is the command line.
@@ -75,6 +85,10 @@ Examples::
     .venv/bin/python benchmarks/swa_hold.py --target main --production --repeats 5 \\
         --json benchmarks/results/swa_hold_main_production.json \\
         --md benchmarks/results/swa_hold_main_production.md
+    .venv/bin/python benchmarks/swa_hold.py --target main --production \\
+        --model-shape gemma4-26b-a4b --n-requests 2 --repeats 11 \\
+        --json benchmarks/results/swa_hold_main_production_gemma4.json \\
+        --md benchmarks/results/swa_hold_main_production_gemma4.md
 """
 
 from __future__ import annotations
@@ -91,8 +105,11 @@ import json  # noqa: E402
 import shlex  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from typing import Optional  # noqa: E402
 
 import _bench_path  # noqa: E402,F401  (puts the repository root on sys.path)
+from swa_hold.model_shape import (GIB, MODEL_SHAPES, mem_available_bytes,  # noqa: E402
+                                  model_shape, tight_pool)
 from swa_hold.report import to_markdown  # noqa: E402
 from swa_hold.result import bench, hold_summary, sync_summary  # noqa: E402
 from swa_hold.run import RunResult, dead_swa, run_arm  # noqa: E402
@@ -148,6 +165,13 @@ def parse_args(argv=None):
                          "its own environment, on the tree cores of --cores")
     ap.add_argument("--cores", default="rust,python",
                     help="--target main: tree cores (rust = the server's default, python)")
+    ap.add_argument("--model-shape", choices=sorted(MODEL_SHAPES), default=None,
+                    help="--target main: the pools' layers, KV heads, head dims and KV dtype "
+                         "(default: toy, one SWA and one full layer of one 8-dim head, float32; "
+                         "gemma4-26b-a4b: the seed's model, fp8 KV); the report adds the hold "
+                         "in bytes and the pools in GiB")
+    ap.add_argument("--max-pool-gib", type=float, default=10.0,
+                    help="with --model-shape: refuse pools larger than this (GiB, both pools)")
     ap.add_argument("--arms", default=None, help="comma-separated arms to run (default: all "
                     "of the target's)")
     ap.add_argument("--repeats", type=int, default=3, help="timing runs per arm (interleaved)")
@@ -187,6 +211,9 @@ def main(argv=None) -> int:
         raise SystemExit("--timing-decode-tokens must be >= 2 (else no last-chunk commit)")
     if args.target == "main":
         return _main_target(args, shape, argv)
+    if args.model_shape is not None:
+        raise SystemExit("--model-shape is --target main only: the 0.5.15 arms build their pools "
+                         "from the tiny Laguna config (islands_harness.stack)")
     import torch
 
     torch.set_num_threads(args.threads)
@@ -232,13 +259,22 @@ def _main_target(args, shape: Shape, argv) -> int:
         if c not in CORES:
             raise SystemExit(f"unknown core {c!r}; choose from {', '.join(CORES)}")
     argv_list = sys.argv[1:] if argv is None else list(argv)
+    model, memory = None, None
+    if args.model_shape is not None:
+        model = model_shape(args.model_shape)
+        shape, memory = fit_model_pools(shape, model, args.max_pool_gib,
+                                        explicit_pool=args.full_pool is not None)
     log(f"target main; shape {dataclasses.asdict(shape)}; arms {arms}; cores {cores}; "
-        f"repeats {args.repeats}")
+        f"repeats {args.repeats}" + (f"; model shape {model.name}, pools "
+                                     f"{memory['pool_bytes_estimate'] / GIB:.2f} GiB" if model
+                                     else ""))
     load_start = list(os.getloadavg())
     t0 = time.perf_counter()
     result = bench_main(shape, arms=arms, cores=cores, repeats=args.repeats,
                         timing_decode_tokens=args.timing_decode_tokens,
-                        count_syncs=not args.no_sync_count)
+                        count_syncs=not args.no_sync_count, model=model)
+    if memory is not None:
+        result["memory"] = memory
     result["command"] = "python benchmarks/swa_hold.py " + " ".join(
         shlex.quote(x) for x in argv_list)
     result["total_wall_seconds"] = time.perf_counter() - t0
@@ -248,6 +284,43 @@ def _main_target(args, shape: Shape, argv) -> int:
     }
     _write(result, args)
     return 0
+
+
+def fit_model_pools(shape: Shape, model, max_pool_gib: float, *, explicit_pool: bool = False,
+                    available: Optional[int] = None):
+    """``(shape, memory)``: the shape with ``model``'s pools (``tight_pool`` unless
+    ``explicit_pool``), checked before anything is allocated: their bytes
+    (``model.pool_bytes``) at most ``max_pool_gib`` and 70% of ``available`` (default:
+    ``MemAvailable`` now). Refuses (``SystemExit``) a shape that does not fit, naming the most
+    requests that would (the shape is kept: fewer requests, not smaller layers)."""
+    if model.window is not None and shape.window != model.window:
+        raise SystemExit(f"--model-shape {model.name}: the model's window is {model.window}, "
+                         f"the shape's {shape.window} (--window)")
+
+    def sized(n):
+        s = dataclasses.replace(shape, n_requests=n)
+        return s if explicit_pool else dataclasses.replace(s, full_pool=tight_pool(
+            n, s.prompt, s.decode_tokens, s.page))
+
+    def need(s):
+        return sum(model.pool_bytes(*s.pool_sizes(), s.page))
+
+    shape = sized(shape.n_requests)
+    available = mem_available_bytes() if available is None else available
+    limit = max_pool_gib * GIB
+    if available is not None:
+        limit = min(limit, 0.7 * available)
+    est = need(shape)
+    if est > limit:
+        fits = [n for n in range(1, shape.n_requests) if need(sized(n)) <= limit]
+        raise SystemExit(
+            f"--model-shape {model.name}: the pools would take {est / GIB:.2f} GiB, over the "
+            f"limit of {limit / GIB:.2f} GiB (--max-pool-gib {max_pool_gib:g}"
+            + (f", 70% of {available / GIB:.1f} GiB available" if available else "") + "); "
+            + (f"--n-requests {max(fits)} fits" if fits else "not even one request fits"))
+    memory = dict(pool_bytes_estimate=est, limit_bytes=limit, max_pool_gib=max_pool_gib,
+                  mem_available_bytes_at_start=available)
+    return shape, memory
 
 
 def _write(result: dict, args) -> None:

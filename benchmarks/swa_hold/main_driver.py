@@ -12,7 +12,8 @@ islands every ``cp/4`` computed tokens, their window lock released ``w + p`` lat
 
 The workload is the one of the 0.5.15 benchmark, driven the way 0.5.23's scheduler drives the
 cache, on the real ``UnifiedRadixCache`` / ``SWATokenToKVPoolAllocator`` / ``SWAKVPool`` /
-``ReqToTokenPool`` (tiny head dims, no model runs): ``n`` requests admitted together (a
+``ReqToTokenPool`` (no model runs; the toy's layers and head dims, or a model's: ``shape["model"]``,
+``swa_hold.model_shape``): ``n`` requests admitted together (a
 request-pool row each), prefilled one after the other in chunks of ``cp`` (prefill before
 decode, as the scheduler's prefill priority does): each chunk's KV allocated
 (``alloc`` / ``alloc_extend``), then committed with ``checkpoint_kv_cache`` (a middle chunk at
@@ -58,6 +59,7 @@ import json  # noqa: E402
 import random  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+import weakref  # noqa: E402
 from array import array  # noqa: E402
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,7 +68,11 @@ if _ROOT not in sys.path:
 
 ARMS = ("main", "main_islands")
 CORES = ("rust", "python")
-LAYERS, FULL_LAYERS = 2, (1,)  # one SWA layer, one full layer: no model runs
+TOY_MODEL = dict(swa_layers=[0], full_layers=[1], swa_kv_heads=1, swa_head_dim=8,
+                 swa_v_head_dim=8, full_kv_heads=1, full_head_dim=8, full_v_head_dim=8,
+                 kv_dtype="float32")
+"""The pools without ``shape["model"]`` (``swa_hold.model_shape.toy``): one SWA layer, one full
+layer, no model runs."""
 
 
 def _log(msg: str) -> None:
@@ -77,6 +83,27 @@ def _i64(values):
     import torch
 
     return torch.tensor(values, dtype=torch.int64)
+
+
+def cache_class(arm: str):
+    """The arm's tree cache class. ``main`` imports it (and every module ``build_cache`` imports)
+    before the first run builds its pools: some import on the islands path keeps the frames that
+    imported it alive, ``build_cache``'s among them if it imported first, and with them that
+    run's pools (at a model's shape, gigabytes held beside the next run's)."""
+    import sglang.srt.mem_cache.allocator.swa  # noqa: F401
+    import sglang.srt.mem_cache.cache_init_params  # noqa: F401
+    import sglang.srt.mem_cache.memory_pool  # noqa: F401
+    import sglang.srt.mem_cache.swa_memory_pool  # noqa: F401
+    import sglang.srt.mem_cache.unified_cache.components  # noqa: F401
+    import sglang.srt.server_args  # noqa: F401
+
+    if arm == "main_islands":
+        from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
+
+        return SWAIslandUnifiedRadixCache
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    return UnifiedRadixCache
 
 
 def build_cache(arm: str, core: str, shape: dict):
@@ -93,13 +120,20 @@ def build_cache(arm: str, core: str, shape: dict):
     page = shape["page"]
     set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=page))
     full, swa = shape["full_pool"], shape["swa_pool"]
+    m = shape.get("model") or TOY_MODEL
+    dtype = getattr(torch, m["kv_dtype"])
+    # the keyword arguments 0.5.23's configurator passes for a model whose sliding and full
+    # layers differ in shape (``_build_hybrid_swa_kv_pool``, ``is_hybrid_swa_compress``)
     kv_pool = SWAKVPool(
-        size=full, size_swa=swa, page_size=page, dtype=torch.float32, head_num=1, head_dim=8,
-        swa_attention_layer_ids=[i for i in range(LAYERS) if i not in FULL_LAYERS],
-        full_attention_layer_ids=list(FULL_LAYERS), device="cpu",
+        size=full, size_swa=swa, page_size=page, dtype=dtype, head_num=m["full_kv_heads"],
+        head_dim=m["full_head_dim"], v_head_dim=m["full_v_head_dim"],
+        swa_head_num=m["swa_kv_heads"], swa_head_dim=m["swa_head_dim"],
+        swa_v_head_dim=m["swa_v_head_dim"],
+        swa_attention_layer_ids=list(m["swa_layers"]),
+        full_attention_layer_ids=list(m["full_layers"]), device="cpu",
     )
     allocator = SWATokenToKVPoolAllocator(
-        size=full, size_swa=swa, page_size=page, dtype=torch.float32, device="cpu",
+        size=full, size_swa=swa, page_size=page, dtype=dtype, device="cpu",
         kvcache=kv_pool, need_sort=False,
     )
     ctx = shape["prompt"] + shape["decode_tokens"] + 2 * page + 8
@@ -112,21 +146,30 @@ def build_cache(arm: str, core: str, shape: dict):
         chunked_prefill_size=shape["chunk"], tree_core_backend=core,
     )
     if arm == "main_islands":
-        from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
-
         # lru: the hold on the core asked for (``auto`` takes the window order, on the Python
         # core only, where the pool cannot keep a chunk per request; cache_cost_main measures it)
         fields.update(enable_swa_islands=True, swa_islands_reclaim="lazy",
                       swa_islands_eviction="lru",
                       swa_islands_decode_interval=shape.get("decode_interval"))
-        cache = SWAIslandUnifiedRadixCache(CacheInitParams(**fields))
-    else:
-        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
-
-        cache = UnifiedRadixCache(CacheInitParams(**fields))
+    cache = cache_class(arm)(CacheInitParams(**fields))
     assert cache._tree_core_backend == core, (cache._tree_core_backend, core)
     assert cache.swa_retain_window + 1 == shape["window"], (cache.swa_retain_window, shape)
     return cache
+
+
+def pool_bytes(kv_pool) -> dict:
+    """The KV bytes of the pools as built, per pool (``full``, ``swa``): ``bytes_per_token``, one
+    token slot of every layer's K and V buffer; ``pool_bytes``, all of it
+    (``get_kv_size_bytes``: ``size + page_size`` slots); ``store_dtype``, the buffers' dtype."""
+    out = {}
+    for name, p in (("full", kv_pool.full_kv_pool), ("swa", kv_pool.swa_kv_pool)):
+        bufs = list(p.k_buffer) + list(p.v_buffer)
+        k, v = p.get_kv_size_bytes()
+        out[name] = dict(bytes_per_token=int(sum(b[0].numel() * b.element_size() for b in bufs)),
+                         pool_bytes=int(k + v), slots=int(bufs[0].shape[0]), layers=len(p.k_buffer),
+                         kv_heads=int(p.head_num), head_dim=int(p.head_dim),
+                         v_head_dim=int(p.v_head_dim), store_dtype=str(p.store_dtype))
+    return out
 
 
 class _LockTracker:
@@ -383,7 +426,8 @@ class Run:
                     decode_islands=sum(1 for h in self.hooks if h.get("island")),
                     wall_seconds=wall,
                     swa_protected_after=self.cache.swa_protected_size(),
-                    full_protected_after=self.cache.full_protected_size())
+                    full_protected_after=self.cache.full_protected_size(),
+                    pools=pool_bytes(self.alloc.get_kvcache()))
 
 
 def main(argv=None) -> int:
@@ -417,13 +461,20 @@ def main(argv=None) -> int:
     out = {"arm": a.arm, "sglang": sglang.__version__, "torch": torch.__version__,
            "python": sys.executable, "shape": shape, "measured": {}, "runs": {c: [] for c in cores}}
     plan = [(k, True) for k in range(1 if a.measure else 0)] + [(k, False) for k in range(a.runs)]
+    cache_class(a.arm)  # every import before the first pools (see cache_class)
     for k, measure in plan:
         order = cores if k % 2 == 0 else cores[::-1]
         for core in order:
             _log(f"{a.arm}/{core}: " + ("measurement run" if measure else
                                         f"timing run {k + 1}/{a.runs}"))
-            r = Run(a.arm, core, shape, measure=measure, count_syncs=a.count_syncs and measure,
-                    decode_tokens=shape["decode_tokens"] if measure else decode_tokens).run()
+            gc.collect()  # the last run's pools (its tree holds cycles) before the next ones
+            run = Run(a.arm, core, shape, measure=measure, count_syncs=a.count_syncs and measure,
+                      decode_tokens=shape["decode_tokens"] if measure else decode_tokens)
+            pools = weakref.ref(run.alloc.get_kvcache())
+            r = run.run()
+            del run
+            gc.collect()
+            assert pools() is None, "a run's pools outlived it"
             _log(f"  {a.arm}/{core}: {len(r['commits'])} chunk commits, {r['decode_islands']} "
                  f"decode islands, {r['wall_seconds']:.1f} s")
             if measure:

@@ -153,6 +153,30 @@ def _main_hold_rows(t: _Table) -> None:
               if a[key] else "-")
 
 
+def _gib(x) -> str:
+    return "-" if x is None else f"{x / (1 << 30):.3f}"
+
+
+def _main_bytes_rows(t: _Table) -> None:
+    """With a model shape: the hold rows' SWA figures in GiB per running request (tokens x the
+    SWA pool's bytes per token)."""
+    if "model_shape" not in t.result:
+        return
+    def cell(a, key, kind):
+        b = a.get("hold_bytes", {}).get(key)
+        return "-" if not b else (f"{_gib(b[f'max_swa_{kind}_per_running_req'])} / "
+                                  f"{_gib(b[f'mean_swa_{kind}_per_running_req'])}")
+
+    t.row("**after commit: held max / mean, GiB of SWA KV**",
+          lambda a: f"**{cell(a, 'after_commit', 'held')}**")
+    for phase, key in (("chunk in flight", "with_chunk_in_flight"), ("decode", "decode")):
+        t.row(f"{phase}: held max / mean, GiB", lambda a, key=key: cell(a, key, "held"))
+    for phase, key in (("after commit", "after_commit"), ("chunk in flight", "with_chunk_in_flight"),
+                       ("decode", "decode")):
+        t.row(f"{phase}: SWA allocated max / mean, GiB",
+              lambda a, key=key: cell(a, key, "allocated"))
+
+
 def _main_cost_rows(t: _Table) -> None:
     """0.5.23: per-call and whole-run costs, ratios against ``main`` on the same core."""
     r = t.result.get("ratios_vs_main", {})
@@ -252,6 +276,7 @@ def _main_notes(result: dict) -> List[str]:
         "ops that would block the host on a CUDA tensor, counted at the torch dispatcher "
         "(`islands_harness.host_syncs`): what the Rust core does on raw buffers is not seen.",
     ]
+    lines += _model_notes(result)
     acc = result.get("acceptance")
     if acc:
         lines += ["", "Acceptance (issue 27, per core): " + ", ".join(
@@ -269,12 +294,50 @@ def _main_notes(result: dict) -> List[str]:
     return lines
 
 
+def _model_notes(result: dict) -> List[str]:
+    """With a model shape: the pools' geometry, their bytes per token and GiB, and the memory
+    check the command made before allocating them."""
+    m = result.get("model_shape")
+    if not m:
+        return []
+    s, pools = result["shape"], m["pools"]
+    full, swa = pools["full"], pools["swa"]
+    lines = [
+        "",
+        f"Model shape `{m['name']}` ({m['source']}): the pools are SGLang's own `SWAKVPool`, "
+        f"built with the keyword arguments 0.5.23's configurator passes for a model whose "
+        f"sliding and full layers differ (`swa_head_num`, `swa_head_dim`, `swa_v_head_dim`, "
+        f"`v_head_dim`), KV dtype `{m['kv_dtype']}` (stored as `{swa['store_dtype']}`). "
+        f"SWA pool: {swa['layers']} sliding layers x {swa['kv_heads']} KV heads x "
+        f"({swa['head_dim']} + {swa['v_head_dim']}) = {swa['bytes_per_token']:,} B per token, "
+        f"{s['swa_pool']:,} tokens = **{m['swa_pool_gib']:.2f} GiB**; full pool: "
+        f"{full['layers']} full layers x {full['kv_heads']} KV heads x ({full['head_dim']} + "
+        f"{full['v_head_dim']}) = {full['bytes_per_token']:,} B per token, "
+        f"{s['full_pool']:,} tokens = **{m['full_pool_gib']:.2f} GiB** (each pool keeps one "
+        f"page more, slot 0's; the bytes are read off the pools the measurement runs built). "
+        f"A GiB figure is the SWA token figure of the same row above x {swa['bytes_per_token']:,}"
+        f" B.",
+    ]
+    mem = result.get("memory")
+    if mem:
+        avail = mem.get("mem_available_bytes_at_start")
+        lines[-1] += (f" The pools are real memory on this machine: {mem['pool_bytes_estimate'] / (1 << 30):.2f} GiB "
+                      f"estimated before allocating, under the limit of "
+                      f"{mem['limit_bytes'] / (1 << 30):.2f} GiB (`--max-pool-gib` "
+                      f"{mem['max_pool_gib']:g}"
+                      + (f", 70% of {avail / (1 << 30):.1f} GiB available at start" if avail
+                         else "") + "); the pools default to what the driver can allocate at "
+                      "most, `n x (prompt + decode + p)`.")
+    return lines
+
+
 def _header(result: dict, arms: List[str]) -> List[str]:
     s = result["shape"]
     return [
         f"### SWA hold per running request: w={s['window']} p={s['page']} cp={s['chunk']} "
         f"prompt={s['prompt']} n={s['n_requests']} decode={s['decode_tokens']}"
-        f" (decode-island interval {s['decode_interval']})",
+        f" (decode-island interval {s['decode_interval']})"
+        + (f", pools of {result['model_shape']['name']}" if "model_shape" in result else ""),
         "",
         f"KV device: {result.get('device', 'cpu')}.",
         "",
@@ -344,7 +407,7 @@ def to_markdown(result: dict) -> str:
     machine, then the cProfile tables of the arms that carry them."""
     t = _Table(result)
     if result.get("target") == "main":
-        for part in (_main_hold_rows, _main_cost_rows, _main_sync_rows):
+        for part in (_main_hold_rows, _main_bytes_rows, _main_cost_rows, _main_sync_rows):
             part(t)
         return "\n".join(_header(result, t.arms) + t.lines + _main_notes(result)) + profile_details(
             result)

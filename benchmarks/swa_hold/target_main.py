@@ -22,6 +22,11 @@ the final reclaim) per core against ``main`` on the same core, in thread CPU
 (islands' per-step due check and window release) are reported beside it, and so is wall
 (``perf_counter``). The timer's own cost (its median around an empty call, measured in every run)
 is taken off every timed call.
+
+Model shape (``model``, ``swa_hold.model_shape``): the pools' layers, KV heads, head dims and KV
+dtype (default: the toy's). With one, the result carries ``model_shape`` (the geometry and the
+bytes the pools took, read off the pools the measurement runs built) and, per column,
+``hold_bytes``: every SWA token figure of the hold rows times the SWA pool's bytes per token.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Dict, List, Optional
 import _bench_path
 from _bench_path import ROOT as _ROOT
 from swa_hold.result import _pct, hold_summary, sync_summary
+from swa_hold.model_shape import GIB, ModelShape
 from swa_hold.setup import Shape, log
 
 ROOT = str(_ROOT)
@@ -61,21 +67,27 @@ def missing_envs(arms=ARMS, root: str = ROOT) -> List[str]:
     return [a for a in arms if not os.access(venv_python(a, root), os.X_OK)]
 
 
-def shape_json(shape: Shape) -> dict:
+def shape_json(shape: Shape, model: Optional[ModelShape] = None) -> dict:
+    """The driver's ``--shape``: the workload, its pools in tokens and, with ``model``, the
+    pools' geometry (``shape["model"]``; without, the driver builds the toy's)."""
     full, swa = shape.pool_sizes()
-    return dict(window=shape.window, page=shape.page, chunk=shape.chunk, prompt=shape.prompt,
-                n_requests=shape.n_requests, decode_tokens=shape.decode_tokens,
-                decode_interval=shape.decode_interval, full_pool=full, swa_pool=swa,
-                seed=shape.seed)
+    out = dict(window=shape.window, page=shape.page, chunk=shape.chunk, prompt=shape.prompt,
+               n_requests=shape.n_requests, decode_tokens=shape.decode_tokens,
+               decode_interval=shape.decode_interval, full_pool=full, swa_pool=swa,
+               seed=shape.seed)
+    if model is not None:
+        out["model"] = model.to_json()
+    return out
 
 
 def run_driver(arm: str, shape: Shape, cores, *, runs: int = 1, measure: bool = False,
-               count_syncs: bool = False, decode_tokens: Optional[int] = None) -> dict:
+               count_syncs: bool = False, decode_tokens: Optional[int] = None,
+               model: Optional[ModelShape] = None) -> dict:
     """One driver process in ``arm``'s environment; its JSON."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "runs.json")
         cmd = [venv_python(arm), "-m", DRIVER, "--arm", arm, "--cores", ",".join(cores),
-               "--shape", json.dumps(shape_json(shape)), "--runs", str(runs), "--out", out]
+               "--shape", json.dumps(shape_json(shape, model)), "--runs", str(runs), "--out", out]
         if measure:
             cmd.append("--measure")
         if count_syncs:
@@ -208,6 +220,33 @@ def column_summary(measured: dict, timed: List[dict]) -> dict:
     }
 
 
+HOLD_BYTES_PHASES = ("after_commit", "after_chunk_commit", "after_decode_island",
+                     "with_chunk_in_flight", "decode")
+HOLD_BYTES_FIELDS = ("max_swa_held_per_running_req", "mean_swa_held_per_running_req",
+                     "max_swa_allocated_per_running_req", "mean_swa_allocated_per_running_req")
+
+
+def hold_bytes(col: dict, swa_bytes_per_token: int) -> dict:
+    """A column's hold in bytes: ``{phase: {field: tokens x swa_bytes_per_token}}`` for the
+    phases and SWA token fields above (a phase the column has no snapshot of is left out)."""
+    return {phase: {f: col[phase][f] * swa_bytes_per_token for f in HOLD_BYTES_FIELDS}
+            for phase in HOLD_BYTES_PHASES if col.get(phase)}
+
+
+def model_shape_json(model: ModelShape, measured: Dict[str, dict]) -> dict:
+    """``result["model_shape"]``: the geometry, and the pools as the measurement runs built them
+    (the same in every column, and the same bytes per token as ``model`` computes)."""
+    pools = [m["pools"] for m in measured.values()]
+    assert all(p == pools[0] for p in pools), "the columns built different pools"
+    pools = pools[0]
+    full_bpt, swa_bpt = model.bytes_per_token()
+    assert (pools["full"]["bytes_per_token"], pools["swa"]["bytes_per_token"]) == (
+        full_bpt, swa_bpt), (pools, model)
+    return {**model.to_json(), "pools": pools,
+            "full_pool_gib": pools["full"]["pool_bytes"] / GIB,
+            "swa_pool_gib": pools["swa"]["pool_bytes"] / GIB}
+
+
 def ratios(arms: Dict[str, dict]) -> Dict[str, dict]:
     """``main_islands/CORE`` over ``main/CORE``: per-commit medians and whole-run medians, and the
     whole run's ratio per repeat (the arms are interleaved per repeat, so repeat k of both ran
@@ -274,8 +313,10 @@ def acceptance(shape: Shape, arms: Dict[str, dict], rat: Dict[str, dict]) -> dic
 
 
 def bench_main(shape: Shape, *, arms=ARMS, cores=CORES, repeats: int = 5,
-               timing_decode_tokens: Optional[int] = None, count_syncs: bool = True) -> dict:
-    """Measurement processes, then ``repeats`` interleaved timing rounds; the JSON result."""
+               timing_decode_tokens: Optional[int] = None, count_syncs: bool = True,
+               model: Optional[ModelShape] = None) -> dict:
+    """Measurement processes, then ``repeats`` interleaved timing rounds; the JSON result
+    (pools of ``model``'s geometry, the toy's without)."""
     arms, cores = list(arms), list(cores)
     missing = missing_envs(arms)
     if missing:
@@ -293,7 +334,7 @@ def bench_main(shape: Shape, *, arms=ARMS, cores=CORES, repeats: int = 5,
                 f" (measurement run{' with sync counting' if count_syncs else ''}, then "
                 f"timing)" if first else " (timing)"))
             out = run_driver(arm, shape, cores, measure=first, count_syncs=count_syncs,
-                             decode_tokens=timing_decode_tokens)
+                             decode_tokens=timing_decode_tokens, model=model)
             if first:
                 versions[arm] = {k: out[k] for k in ("sglang", "torch", "python")}
                 if arm == "main_islands":
@@ -313,6 +354,11 @@ def bench_main(shape: Shape, *, arms=ARMS, cores=CORES, repeats: int = 5,
         "device": "cpu, torch " + versions[arms[0]]["torch"],
         "versions": versions,
     }
+    if model is not None:
+        result["model_shape"] = model_shape_json(model, measured)
+        bpt = result["model_shape"]["pools"]["swa"]["bytes_per_token"]
+        for col in order:
+            result["arms"][col]["hold_bytes"] = hold_bytes(result["arms"][col], bpt)
     result["ratios_vs_main"] = ratios(result["arms"])
     result["acceptance"] = acceptance(shape, result["arms"], result["ratios_vs_main"])
     return result
