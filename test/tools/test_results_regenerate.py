@@ -50,7 +50,8 @@ RENDERED = (
              "decode_reuse_main_gemma4")
     + _cases("swa_hold.report", "to_markdown",
              "swa_hold_quick", "swa_hold_production", "swa_hold_main_quick",
-             "swa_hold_main_production", "gpu/swa_hold_quick_cuda", "gpu/swa_hold_production_cuda",
+             "swa_hold_main_production", "swa_hold_main_production_gemma4",
+             "gpu/swa_hold_quick_cuda", "gpu/swa_hold_production_cuda",
              "gpu/2026-12-01/swa_hold_quick_cuda", "gpu/2026-12-01/swa_hold_production_cuda")
     + _cases("soak.report", "to_markdown",
              "soak_30min", "soak_30min_main", "soak_30min_main_window", "soak_quick_off")
