@@ -5,6 +5,8 @@ weights, fp8 KV, page 64, chunk 16384, cap 48, at the seed's pool sizes; upstrea
     python benchmarks/seed_shape.py --dry-run                 # the exact commands, nothing run
     python benchmarks/seed_shape.py --out DIR --budget 330    # on a GPU (scripts/gpu_check.sh)
     python benchmarks/seed_shape.py --profile cpu-tiny --arms islands_0.17 --out DIR   # CPU smoke
+    python benchmarks/seed_shape.py --target 0.5.23 --main-python P --main-islands-python Q \
+        --out DIR --budget 515                                # 0.5.23: main vs main islands
 
 What runs
 ---------
@@ -20,6 +22,15 @@ starts only while the budget has room for it):
   islands_0.17         + --enable-swa-islands
   upstream_0.32        --swa-full-tokens-ratio 0.32 (the ratio before islands)
   upstream_knobs_0.17  0.17 + upstream's two SWA knobs (islands_harness.knobs)
+
+With ``--target 0.5.23`` the same shape, pools, prompts and server arguments on sglang 0.5.23
+(upstream main), each arm served by its own interpreter (``scripts/gpu_check.sh --steps main``
+makes both from the ``--bundle-main`` bundle):
+
+  main_0.17            stock 0.5.23 at 0.17 (--main-python; patches-main/series-stock)
+  main_islands_0.17    0.5.23 with the islands series (--main-islands-python), + --enable-swa-islands
+  main_0.32            stock at 0.32 (the ratio before islands)
+  main_islands_0.32    islands at 0.32
 
 Pools: the H200 has more memory than the seed's H100, so ``--max-total-tokens`` pins each arm to
 what the seed's 37 GB KV budget gives at its ratio, from the planner (``islands_tools.pool_plan``,
@@ -84,15 +95,16 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
-from seed_shape.setup import (ARMS, MIN_WINDOW_S, PRIORITY, PROFILES, PROMPT_SEED, ROOT, Profile,
-                              arm_env, arm_pools, gpu_seed_model, kv_cost, make_prompts,
-                              planned_command, planner_command, prompts_digest)
+from seed_shape.setup import (ARMS, MAIN_PRIORITY, MIN_WINDOW_S, PRIORITY, PROFILES, PROMPT_SEED,
+                              ROOT, TARGETS, Profile, arm_env, arm_pools, gpu_seed_model, kv_cost,
+                              make_prompts, planned_command, planner_command, prompts_digest)
 from seed_shape.report import tables
 from seed_shape.run import log, run_arm, summarize
 
+from islands_harness import main_arm
 from islands_harness.server import raise_keyboard_interrupt_on_signals
 
-__all__ = ["ARMS", "PRIORITY", "PROFILES", "PROMPT_SEED", "Profile", "RunPlan", "main",
+__all__ = ["ARMS", "MAIN_PRIORITY", "PRIORITY", "PROFILES", "PROMPT_SEED", "Profile", "RunPlan", "main",
            "make_prompts", "parse_args", "plan_run", "prompts_digest", "run_arm", "summarize",
            "tables"]
 
@@ -102,9 +114,18 @@ def parse_args(argv=None):
                                  description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", choices=sorted(PROFILES), default="h200")
-    ap.add_argument("--arms", default=",".join(PRIORITY),
+    ap.add_argument("--target", choices=TARGETS, default=TARGETS[0],
+                    help="which sglang the default arms run: 0.5.15.post1 (this interpreter's) "
+                         "or 0.5.23 (--main-python, --main-islands-python)")
+    ap.add_argument("--arms", default=None,
                     help=f"comma list, run in this order while the budget allows (default: "
-                         f"{','.join(PRIORITY)})")
+                         f"{','.join(PRIORITY)}; with --target 0.5.23 {','.join(MAIN_PRIORITY)})")
+    ap.add_argument("--main-python", default=str(main_arm.MAIN_PYTHON),
+                    help="the interpreter of the main_* arms: sglang 0.5.23, stock (default "
+                         ".venv-main's; on a GPU it needs a CUDA torch and sglang-kernel)")
+    ap.add_argument("--main-islands-python", default=str(main_arm.MAIN_ISLANDS_PYTHON),
+                    help="the interpreter of the main_islands_* arms: 0.5.23 with the islands "
+                         "series (default .venv-main-islands's)")
     ap.add_argument("--out", default=None, help="results directory (default "
                     ".work/seed_shape/<timestamp>; scripts/gpu_check.sh names one)")
     ap.add_argument("--model-dir", default=None, help="where the config-only model is written "
@@ -121,11 +142,14 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=PROMPT_SEED, help="prompt seed (every arm)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     a = ap.parse_args(argv)
+    if a.arms is None:
+        a.arms = ",".join(MAIN_PRIORITY if a.target == "0.5.23" else PRIORITY)
     arms = [x for x in a.arms.split(",") if x]
     bad = [x for x in arms if x not in ARMS]
     if bad or not arms:
         ap.error(f"unknown arm(s) {bad}; known: {', '.join(ARMS)}")
     a.arm_list = arms
+    a.pythons = {name: arm_python(a, ARMS[name]) for name in arms}
     prof = PROFILES[a.profile]
     changes = {k: v for k, v in (("requests", a.requests), ("input_len", a.input_len),
                                  ("output_len", a.output_len), ("load_s", a.load_s),
@@ -135,6 +159,12 @@ def parse_args(argv=None):
         ap.error(f"--input-len {a.prof.input_len} fits in one chunk ({a.prof.chunk}); the seed "
                  f"shape needs prompts of at least two chunks")
     return a
+
+
+def arm_python(a: argparse.Namespace, arm) -> Optional[str]:
+    """The interpreter that serves ``arm``: None for this one (0.5.15.post1), else --main-python
+    or --main-islands-python."""
+    return {"": None, "main": a.main_python, "main_islands": a.main_islands_python}[arm.python]
 
 
 @dataclasses.dataclass
@@ -227,7 +257,7 @@ def print_dry_run(a: argparse.Namespace, p: RunPlan) -> None:
     for name in a.arm_list:
         arm = ARMS[name]
         env = arm_env(prof, arm)
-        cmd = planned_command(prof, p.model_dir, arm, p.pools[arm.ratio])
+        cmd = planned_command(prof, p.model_dir, arm, p.pools[arm.ratio], a.pythons[name])
         print(f"== {name}")
         print("+ " + shlex.join(["env", *[f"{k}={v}" for k, v in env.items()], *cmd]))
         print(f"  client: {prof.requests} x StreamingRequest(input_ids=prompts[i], "
@@ -259,7 +289,8 @@ def run_arms(a: argparse.Namespace, p: RunPlan, result: Dict[str, Any]) -> int:
             continue
         try:
             rec = run_arm(prof, ARMS[name], p.model_dir, p.pools[ARMS[name].ratio], p.prompts,
-                          p.warm, out, time.monotonic() + min(arm_s, left - 2), load_s)
+                          p.warm, out, time.monotonic() + min(arm_s, left - 2), load_s,
+                          a.pythons[name])
         except KeyboardInterrupt:  # run_arm stopped its server on the way out
             interrupted = True
             result["skipped"].append([name, "interrupted while running (signal)"])

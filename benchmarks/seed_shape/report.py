@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Dict
 
-from seed_shape.setup import BASELINE, SEED_FIGURES
+from seed_shape.setup import BASELINES, SEED_FIGURES
 
 
 def _f(x, nd=1) -> str:
@@ -44,7 +44,9 @@ def tables(result: Dict[str, Any]) -> str:
             out.append(f"| {r['arm']} | ERROR: {r['error'][:160]} |")
     for name, why in result.get("skipped", []):
         out.append(f"| {name} | not run: {why} |")
-    base = next((r for r in rows if r["arm"] == BASELINE), None)
+    # the first target's stock arm at 0.17 that ran: upstream_0.17, else main_0.17 (0.5.23)
+    base = next((r for b in BASELINES for r in rows if r["arm"] == b), None)
+    BASELINE = base["arm"] if base is not None else BASELINES[0]
     if base is not None and len(rows) > 1:
         out += ["", f"Each arm / {BASELINE} (the seed: H100, real weights, EAGLE, 32k in / 16k out):",
                 "", "| arm | mean running x | max running x | output tok/s x | mean E2E x | "

@@ -89,15 +89,16 @@ def log(msg: str) -> None:
 
 
 def run_arm(profile: Profile, arm: Arm, model_dir: pathlib.Path, pool, prompts, warm,
-            out: pathlib.Path, deadline: float, load_s: float) -> Dict[str, Any]:
+            out: pathlib.Path, deadline: float, load_s: float,
+            python: Optional[str] = None) -> Dict[str, Any]:
     args = server_args(profile, arm, pool)
     log_path = out / f"{arm.name}.server.log"
     # a slow boot shortens this arm's window (recorded) rather than failing the arm
     boot_timeout = max(30.0, deadline - time.monotonic() - profile.stop_s - MIN_WINDOW_S)
     srv = make_server(profile, model_dir, args, arm_env(profile, arm), log_path=log_path,
-                      boot_timeout_s=boot_timeout)
+                      boot_timeout_s=boot_timeout, python=python)
     record: Dict[str, Any] = {"arm": arm.name,
-                              "command": planned_command(profile, model_dir, arm, pool),
+                              "command": planned_command(profile, model_dir, arm, pool, python),
                               "env": arm_env(profile, arm)}
     log(f"{arm.name}: booting (up to {boot_timeout:.0f} s)")
     try:

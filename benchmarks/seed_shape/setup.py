@@ -35,6 +35,9 @@ SEED_FIGURES = {
     "retractions": 0,
 }
 BASELINE = "upstream_0.17"
+MAIN_BASELINE = "main_0.17"
+BASELINES = (BASELINE, MAIN_BASELINE)
+"""Each target's reference arm in the ratio table: stock at the seed's lean ratio."""
 MIN_WINDOW_S = 30.0  # an arm whose boot leaves less than this for its load window is not measured
 PROMPT_SEED = 20261202
 
@@ -45,15 +48,29 @@ class Arm:
     ratio: float
     args: Tuple[str, ...] = ()
     env: Tuple[Tuple[str, str], ...] = ()
+    # which interpreter serves it: "" the benchmark's own (sglang 0.5.15.post1); "main" or
+    # "main_islands": sglang 0.5.23, stock (patches-main/series-stock) or with the islands series
+    # (--main-python / --main-islands-python; scripts/gpu_check.sh --bundle-main gives both)
+    python: str = ""
 
 
+TARGETS = ("0.5.15.post1", "0.5.23")
 ARMS: Dict[str, Arm] = {a.name: a for a in (
     Arm("upstream_0.17", 0.17),
     Arm("islands_0.17", 0.17, ("--enable-swa-islands",)),
     Arm("upstream_0.32", 0.32),
     Arm("upstream_knobs_0.17", 0.17, (), tuple(sorted(admission_setup.KNOBS_ENV.items()))),
+    # sglang 0.5.23 (upstream main): the same shape and pools, stock main against main islands
+    Arm("main_0.17", 0.17, python="main"),
+    Arm("main_islands_0.17", 0.17, ("--enable-swa-islands",), python="main_islands"),
+    Arm("main_0.32", 0.32, python="main"),
+    Arm("main_islands_0.32", 0.32, ("--enable-swa-islands",), python="main_islands"),
 )}
-PRIORITY = list(ARMS)
+PRIORITY = ["upstream_0.17", "islands_0.17", "upstream_0.32", "upstream_knobs_0.17"]
+"""0.5.15.post1's arms in the order they start (the default --arms)."""
+MAIN_PRIORITY = ["main_0.17", "main_islands_0.17", "main_0.32", "main_islands_0.32"]
+"""0.5.23's arms in the order they start (--target 0.5.23): the two at the seed's lean ratio,
+then stock at the ratio before islands, then islands there."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,9 +195,12 @@ def make_server(profile: Profile, model_dir, args, env, **kw) -> SglangServer:
     return cls(model_dir, args, env=env, omp_threads=4 if profile.device == "cuda" else 2, **kw)
 
 
-def planned_command(profile: Profile, model_dir, arm: Arm, pool) -> List[str]:
-    """The exact argv an arm's server runs, with ``$PORT`` for the port it is given at boot."""
-    srv = make_server(profile, model_dir, server_args(profile, arm, pool), arm_env(profile, arm))
+def planned_command(profile: Profile, model_dir, arm: Arm, pool,
+                    python: Optional[str] = None) -> List[str]:
+    """The exact argv an arm's server runs, with ``$PORT`` for the port it is given at boot
+    (``python``: the arm's interpreter, default this one)."""
+    srv = make_server(profile, model_dir, server_args(profile, arm, pool), arm_env(profile, arm),
+                      python=python)
     srv.port = "$PORT"  # command() only formats it
     return srv.command()
 
