@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OFFLINE = ROOT / "scripts" / "gpu_offline"
 
@@ -84,6 +86,58 @@ def test_gpu_check_help_and_errors():
     assert subprocess.run(["bash", "-n", str(b)]).returncode == 0
     hb = subprocess.run(["bash", str(b), "--help"], stdout=subprocess.PIPE, text=True, timeout=30)
     assert hb.returncode == 0 and "site.tar.xz" in hb.stdout and "--with-kernel" in hb.stdout
+    assert "--target 0.5.23" in hb.stdout and ".gpu-main" in hb.stdout and "torch==2.14.1" in hb.stdout
+    bt = subprocess.run(["bash", str(b), "--target", "0.6"], stderr=subprocess.PIPE, text=True, timeout=30)
+    assert bt.returncode == 2 and "unknown --target '0.6'" in bt.stderr
+    assert "--bundle-main DIR" in h.stdout and "main_islands_0.17" in h.stdout
+    for d in (".gpu", ".gpu-main"):  # build outputs (upstream code): never committed
+        assert subprocess.run(["git", "check-ignore", "-q", f"{d}/site.tar.xz"], cwd=ROOT).returncode == 0
+
+
+MAIN_BUNDLE = ROOT / ".gpu-main" / "site.tar.xz"
+MAIN_PY = ROOT / ".venv-main" / "bin" / "python"
+
+
+@pytest.mark.skipif(not (MAIN_BUNDLE.is_file() and MAIN_PY.exists()),
+                    reason="needs scripts/gpu_bundle.sh --target 0.5.23 and .venv-main")
+def test_main_bundle_fits_a_call_and_its_trees_import_with_the_patched_modules(tmp_path):
+    """The 0.5.23 bundle as gpu_check.sh --bundle-main unpacks it: main/ is stock (series-stock),
+    main/ + the overlay has the islands series; each imports with .venv-main's CPU torch."""
+    import json
+    import tarfile
+
+    tracked = sum((ROOT / f).stat().st_size for f in subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, stdout=subprocess.PIPE, text=True).stdout.split("\n")
+        if f and (ROOT / f).is_file())
+    assert MAIN_BUNDLE.stat().st_size + tracked < 64 * 2**20 - 4 * 2**20  # with 4 MiB to spare
+    with tarfile.open(MAIN_BUNDLE) as t:
+        t.extractall(tmp_path)
+    info = json.loads((tmp_path / "bundle.json").read_text())
+    assert info["target"] == "0.5.23" and info["python"] == "cp312"
+    assert set(info["series"]["main"]) < set(info["series"]["main_islands"])
+    main, isl = tmp_path / "main", tmp_path / "main_islands"
+    subprocess.run(["cp", "-a", str(main), str(isl)], check=True)
+    subprocess.run(["cp", "-a", f"{tmp_path}/main_islands.overlay/.", f"{isl}/"], check=True)
+    assert not list(main.rglob("*.so")) and not (main / "sglang" / "multimodal_gen").exists()
+    code = """
+import importlib.util as u, logging, sglang
+import sglang.launch_server, sglang.srt.managers.scheduler
+from sglang.srt.server_args import prepare_server_args
+logging.disable(logging.WARNING)
+print(sglang.__version__, sglang.__file__)
+print("islands", u.find_spec("sglang.srt.mem_cache.swa_island_radix_cache") is not None)
+try:
+    print("flag", prepare_server_args(["--model-path", "x", "--enable-swa-islands"]).enable_swa_islands)
+except SystemExit:
+    print("flag refused")
+"""
+    for tree, islands in ((main, False), (isl, True)):
+        env = dict(os.environ, PYTHONPATH=str(tree), SGLANG_USE_CPU_ENGINE="1")
+        p = subprocess.run([str(MAIN_PY), "-W", "ignore", "-c", code], env=env, cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+        assert f"0.5.23 {tree}/sglang/__init__.py" in p.stdout, p.stdout[-3000:]
+        assert f"islands {islands}" in p.stdout, p.stdout[-3000:]
+        assert ("flag True" if islands else "flag refused") in p.stdout, p.stdout[-3000:]
 
 
 def test_gemma4_tiny_model_has_what_sglangs_swa_pool_reads(tmp_path):

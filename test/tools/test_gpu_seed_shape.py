@@ -242,24 +242,33 @@ def test_summary_and_ratio_table_from_measured_values():
 
 STUB_PY = """#!/usr/bin/env bash
 # the GPU machine's python, for this test: records each call and succeeds
-printf '%s|%s\\n' "$(date +%s)" "$*" >> "$STUB_LOG"
-case "$2" in *torch*) echo "torch (stub)" ;; esac
+args="$*"  # one line per call (the kernel check is a multi-line -c)
+printf '%s|%s\\n' "$(date +%s)" "${args//$'\\n'/ }" >> "$STUB_LOG"
+case "$2" in
+  *KERNEL-OK*) [ -n "${STUB_KERNEL_NO:-}" ] && echo "KERNEL-NO: $STUB_KERNEL_NO" || echo KERNEL-OK ;;
+  *torch*) echo "torch (stub)" ;;
+esac
 exit 0
 """
 
 
-def _gpu_check(tmp_path, *args):
+def _gpu_check(tmp_path, *args, env_extra=None):
     bin_dir, venv = tmp_path / "bin", tmp_path / "venv" / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     venv.mkdir(parents=True, exist_ok=True)
     (bin_dir / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'NVIDIA H200 (stub), 143771 MiB'\n")
-    (venv / "python").write_text(STUB_PY)
-    for f in (bin_dir / "nvidia-smi", venv / "python"):
+    # the machine's python3 (what --bundle-main's interpreters run) and the 0.5.23 venvs'
+    for f in (venv / "python", venv / "python-main", venv / "python-main-islands", bin_dir / "python3"):
+        f.write_text(STUB_PY)
+    for f in (bin_dir / "nvidia-smi", *venv.iterdir(), bin_dir / "python3"):
         f.chmod(0o755)
     log = tmp_path / "calls.log"
     log.write_text("")
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", VENV=str(tmp_path / "venv"),
-               STUB_LOG=str(log))
+               STUB_LOG=str(log), MAIN_PYTHON=str(venv / "python-main"),
+               MAIN_ISLANDS_PYTHON=str(venv / "python-main-islands"),
+               ISLANDS_MAIN_SITE=str(tmp_path / "main-site"))
+    env.update(env_extra or {})
     p = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--skip-setup",
                         "--out", str(tmp_path / "out"), *args], cwd=ROOT, env=env, text=True,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
@@ -298,6 +307,134 @@ def test_gpu_check_skips_a_step_the_budget_cannot_hold(tmp_path):
     assert _budget_of(calls, "benchmarks/seed_shape.py") >= 400 - 5 - 20 - 2  # no gate: all of it
     p, _ = _gpu_check(tmp_path, "--steps", "bench,lint")
     assert p.returncode == 2 and "unknown step 'lint'" in p.stdout
+
+
+def test_dry_run_for_0_5_23_serves_the_same_shape_with_main_and_main_islands():
+    """--target 0.5.23: the arms main_0.17, main_islands_0.17, main_0.32, main_islands_0.32, each
+    from its own interpreter, with exactly the 0.5.15.post1 arms' pools, flags and prompts."""
+    out = ("--out", "/tmp/seed-shape-dry-run-unused")  # one model path for both
+    p = _dry_run("--target", "0.5.23", "--main-python", "/opt/m/python-main",
+                 "--main-islands-python", "/opt/m/python-main-islands", *out)
+    assert p.returncode == 0, p.stdout[-3000:]
+    lines = p.stdout.splitlines()
+    arms = [ln[3:] for ln in lines if ln.startswith("== ")]
+    assert arms == seed_shape.MAIN_PRIORITY == ["main_0.17", "main_islands_0.17", "main_0.32",
+                                                "main_islands_0.32"]
+    old = _dry_run("--arms", "upstream_0.17,islands_0.17,upstream_0.32", *out)
+    assert old.returncode == 0, old.stdout[-3000:]
+
+    def commands(out):
+        ls = out.splitlines()
+        return {ln[3:]: (shlex.split(ls[i + 1][2:]), ls[i + 2]) for i, ln in enumerate(ls)
+                if ln.startswith("== ")}
+
+    new_cmds, old_cmds = commands(p.stdout), commands(old.stdout)
+    pair = {"main_0.17": "upstream_0.17", "main_islands_0.17": "islands_0.17",
+            "main_0.32": "upstream_0.32", "main_islands_0.32": "upstream_0.32"}
+    for name, (argv, client) in new_cmds.items():
+        py = argv[argv.index("-m") - 1]
+        assert py == ("/opt/m/python-main-islands" if "islands" in name else "/opt/m/python-main")
+        server = argv[argv.index("-m") - 1:]
+        assert ("--enable-swa-islands" in server) == ("islands" in name)
+        ref_argv, ref_client = old_cmds[pair[name]]
+        ref = ref_argv[ref_argv.index("-m") - 1:]
+        strip = lambda a: [x for x in a[1:] if x != "--enable-swa-islands"]  # noqa: E731
+        assert strip(server) == strip(ref), name  # same model dir, pools, shape, every flag
+        assert client == ref_client  # the same prompts
+    a = seed_shape.parse_args(["--target", "0.5.23"])
+    assert a.arm_list == seed_shape.MAIN_PRIORITY
+    assert a.pythons["main_0.17"].endswith(".venv-main/bin/python")
+    assert a.pythons["main_islands_0.17"].endswith(".venv-main-islands/bin/python")
+    assert seed_shape.parse_args([]).pythons == {n: None for n in seed_shape.PRIORITY}
+
+
+def test_ratio_table_of_0_5_23_is_over_main_0_17():
+    row = {"requests": 4, "completed": 4, "window_s": 1.0, "output_tok_s": 2.0, "max_total_tokens": 1,
+           "swa_pool_plan": 1, "mean_running": 2.0, "max_running": 2, "retractions": 0,
+           "latency_mean_s": 1.0, "latency_p99_s": 1.0, "peak_swa_used": 1,
+           "swa_held_per_running": 100.0, "swa_held_per_req_island_gauge": None}
+    m = dict(row, arm="main_0.17", ratio=0.17)
+    i = dict(row, arm="main_islands_0.17", ratio=0.17, mean_running=4.0)
+    md = seed_shape.tables({"profile": "h200", "model": "m", "workload_line": "w",
+                            "planner_command": ["x"], "skipped": [], "arms": [m, i]})
+    assert "| main_islands_0.17 / main_0.17 | 2.000 |" in md, md
+
+
+def test_gpu_check_main_step_gets_the_call_alone_or_leaves_the_gate_its_minimum(tmp_path):
+    p, calls = _gpu_check(tmp_path, "--steps", "main")
+    assert p.returncode == 0, p.stdout
+    bench = [c for c in calls if "benchmarks/seed_shape.py" in c]
+    assert len(bench) == 1 and "--target 0.5.23" in bench[0]
+    assert f"--main-python {tmp_path}/venv/bin/python-main " in bench[0]
+    assert f"--main-islands-python {tmp_path}/venv/bin/python-main-islands " in bench[0]
+    assert f"--out {tmp_path}/out/seed_shape_main" in bench[0]
+    assert 540 - 5 - 20 - 3 <= _budget_of(calls, "benchmarks/seed_shape.py") <= 540 - 5 - 20
+    assert "PASS 0.5.23 seed-shape benchmark" in p.stdout
+    # the kernel was checked in both interpreters before anything booted
+    checks = [c for c in calls if "KERNEL-OK" in c]
+    assert len(checks) == 2
+    p, calls = _gpu_check(tmp_path, "--steps", "main,gate")
+    assert _budget_of(calls, "benchmarks/seed_shape.py") == 330 - 20  # MAIN_S, its own margin
+    assert "PASS equality gate (gpu)" in p.stdout
+    # bench then main: the bench leaves MAIN_MIN_S (240) for main
+    p, calls = _gpu_check(tmp_path, "--steps", "bench,main")
+    budgets = [int(shlex.split(c)[shlex.split(c).index("--budget") + 1]) for c in calls
+               if "benchmarks/seed_shape.py" in c]
+    assert len(budgets) == 2 and budgets[0] == 540 - 240 - 5 - 20, budgets
+    # all three do not fit 540 s: the bench is skipped, main and the gate run
+    p, calls = _gpu_check(tmp_path, "--steps", "bench,main,gate")
+    assert re.search(r"SKIP seed-shape benchmark \(gpu\): \d+ s left of the 540 s budget "
+                     r"\(needs 120 s, 420 s kept for later steps\)", p.stdout), p.stdout
+    assert any("--target 0.5.23" in c for c in calls)
+    p, _ = _gpu_check(tmp_path, "--steps", "main", "--budget", "100")
+    assert "SKIP 0.5.23 seed-shape benchmark (gpu): " in p.stdout and "needs 120 s" in p.stdout
+
+
+def test_gpu_check_main_step_says_skip_with_the_reason_the_kernel_does_not_load(tmp_path):
+    why = ("sglang-kernel 0.4.10 (built for torch==2.14.1) does not load with this python's torch "
+           "2.11.0+cu130: ImportError: undefined symbol")
+    p, calls = _gpu_check(tmp_path, "--steps", "main", env_extra={"STUB_KERNEL_NO": why})
+    assert p.returncode == 0, p.stdout
+    assert f"SKIP 0.5.23 seed-shape benchmark (gpu): {why} ({tmp_path}/venv/bin/python-main)" in p.stdout
+    assert not any("seed_shape.py" in c for c in calls)
+    p, _ = _gpu_check(tmp_path, "--steps", "main",
+                      env_extra={"MAIN_PYTHON": str(tmp_path / "nowhere" / "python")})
+    assert "SKIP 0.5.23 seed-shape benchmark (gpu): no interpreter" in p.stdout
+
+
+def test_gpu_check_bundle_main_builds_one_interpreter_per_arm(tmp_path):
+    """--bundle-main: main/ and main/ + the overlay, each with a wrapper of the machine's python3;
+    without --steps only `main` runs, and the driver is a bare python3 with python/ on its path."""
+    import tarfile
+
+    src = tmp_path / "src"
+    for rel, text in {"common/dep.py": "", "main/sglang/__init__.py": "stock = 1\n",
+                      "main/sglang/srt/scheduler.py": "stock\n",
+                      "main_islands.overlay/sglang/srt/scheduler.py": "islands\n",
+                      "main_islands.overlay/sglang/srt/mem_cache/swa_island_guard.py": "",
+                      "bundle.json": '{"target": "0.5.23"}\n'}.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
+    (tmp_path / "bundle").mkdir()
+    with tarfile.open(tmp_path / "bundle" / "site.tar.xz", "w:xz") as t:
+        for name in ("common", "main", "main_islands.overlay", "bundle.json"):
+            t.add(src / name, arcname=name)
+    p, calls = _gpu_check(tmp_path, "--bundle-main", str(tmp_path / "bundle"))
+    assert p.returncode == 0, p.stdout
+    site = tmp_path / "main-site"
+    assert (site / "main_islands/sglang/srt/scheduler.py").read_text() == "islands\n"
+    assert (site / "main/sglang/srt/scheduler.py").read_text() == "stock\n"
+    assert (site / "main_islands/sglang/srt/mem_cache/swa_island_guard.py").is_file()
+    assert not (site / "main/sglang/srt/mem_cache").exists()
+    wrap = (site / "bin/python-main-islands").read_text()
+    assert f'PYTHONPATH="{ROOT}/scripts/gpu_offline:{site}/main_islands:{site}/common"' in wrap
+    assert 'exec python3 "$@"' in wrap
+    assert "unit tests" not in p.stdout and "hold benchmark" not in p.stdout
+    bench = next(c for c in calls if "benchmarks/seed_shape.py" in c)
+    assert f"--main-python {site}/bin/python-main " in bench
+    assert f"--main-islands-python {site}/bin/python-main-islands " in bench
+    p, _ = _gpu_check(tmp_path, "--bundle-main", str(tmp_path / "nowhere"))
+    assert p.returncode == 2 and "site.tar.xz missing" in p.stdout
 
 
 # ----------------------------------------------------------------------------- CPU server
