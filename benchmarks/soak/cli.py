@@ -85,12 +85,16 @@ def main(argv=None) -> int:
                          ".venv-main-islands, or .venv-main with --islands off)")
     ap.add_argument("--eviction", choices=EVICTION_ORDERS, default=None,
                     help="main with islands on: --swa-islands-eviction (default: the server's)")
+    ap.add_argument("--hicache", action="store_true",
+                    help="main: with HiCache's host tier; hits on what the small device pool "
+                         "evicted load back from the host, and the checks cover the host tier "
+                         "(its usage back at baseline after each flush, host loads seen)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="report (default .work/soak/<stamp>.json)")
     ap.add_argument("--md", default=None, help="markdown report (default next to the JSON)")
     a = ap.parse_args(argv)
     cfg = SoakConfig(clients=a.clients, seed=a.seed, islands=a.islands == "on", target=a.target,
-                     eviction=a.eviction)
+                     eviction=a.eviction, hicache=a.hicache)
     server_command(cfg)  # a bad combination or a missing venv fails before the model is built
     if a.quick:
         cfg = dataclasses.replace(cfg, **QUICK)

@@ -73,8 +73,11 @@ def to_markdown(rep: dict[str, Any], command: Optional[str] = None) -> str:
     lines += ["| requests | count |", "|---|---|"]
     for k, v in sorted(rep["requests"].items()):
         lines.append(f"| {k} | {v} |")
+    host = rep.get("host_loaded_tokens")
     lines += ["", f"Aborted before finishing: {rep['aborted_before_finishing']}; retractions: "
-              f"{rep['retractions']:.0f}; peak RSS {rep['peak_rss_mib']} MiB.", "",
+              f"{rep['retractions']:.0f}; peak RSS {rep['peak_rss_mib']} MiB"
+              + (f"; tokens loaded back from the host tier: {host:.0f}"
+                 if rep["config"].get("hicache") else "") + ".", "",
               "| idle point | t (s) | finished tokens | retractions | cached before flush | "
               "pools at baseline | RSS (MiB) | tokens / server CPU-s (interval) |",
               "|---|---|---|---|---|---|---|---|"]

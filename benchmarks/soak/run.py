@@ -14,8 +14,8 @@ import _bench_path  # noqa: F401  (the repository root and benchmarks/ on sys.pa
 from islands_harness.ops import flush_ok, mval, pool_snapshot, scrape, wait_idle
 from islands_harness.server import SglangServer, drop_benign_warnings, process_tree_cpu_seconds
 from soak.report import is_near_tie
-from soak.setup import (REQUEST_TIMEOUT_S, RETRACTED, SERVER_ENV, TRACEBACK, SoakConfig,
-                        server_command)
+from soak.setup import (HOST_USED, LOAD_BACK, REQUEST_TIMEOUT_S, RETRACTED, SERVER_ENV, TRACEBACK,
+                        SoakConfig, server_command)
 from soak.workload import Client, Traffic, malformed_payloads
 
 
@@ -67,6 +67,8 @@ class Soak:
         cached = mval(samples, "sglang:kv_evictable_tokens", 0.0)
         flush_ok(self.srv)
         snap = pool_snapshot(self.srv)
+        if self.cfg.hicache:  # the host tier too: settled with the device pools' snapshot
+            snap[HOST_USED] = mval(scrape(self.srv), HOST_USED)
         if self.baseline is None:
             self.baseline = snap
         cpu = process_tree_cpu_seconds(self.srv.pid) or 0.0
@@ -77,6 +79,7 @@ class Soak:
             "tokens_in_use": load.get("num_tokens"), "cached_tokens_before_flush": cached,
             "pools_at_baseline": snap == self.baseline,
             "retractions": mval(samples, RETRACTED, 0.0),
+            "host_loaded_tokens": mval(samples, LOAD_BACK, 0.0),
             "rss_mib": round(self.srv.tree_rss_bytes() / 2**20, 1),
             "server_cpu_s": round(cpu, 1), "tokens": tokens, "counts": counts,
         }
@@ -165,6 +168,9 @@ class Soak:
         if len(rss) >= 2 and rss[-1] > rss[0] * 1.10 + 64:
             self.failures.append(f"RSS grew from {rss[0]} to {rss[-1]} MiB")
         aborted = sum(1 for o in outs if o.kind == "abort" and o.finish == "abort")
+        loaded = self.idle_points[-1]["host_loaded_tokens"] if self.idle_points else 0.0
+        if self.cfg.hicache and not loaded:
+            self.failures.append("--hicache: no token was loaded back from the host tier")
         return {
             "config": dataclasses.asdict(self.cfg), "server_args": self.srv.extra_args,
             "server_env": SERVER_ENV, "wall_s": round(wall_s, 1), "alive": alive,
@@ -175,6 +181,7 @@ class Soak:
             "leaks": sum(1 for p in self.idle_points if not p["pools_at_baseline"]),
             "tracebacks": tb, "known_warning_tracebacks": known_tb, "http_5xx": fivexx,
             "retractions": self.idle_points[-1]["retractions"] if self.idle_points else None,
+            "host_loaded_tokens": loaded,
             "peak_rss_mib": round(self.srv.peak_rss_bytes / 2**20, 1),
             "idle_points": self.idle_points, "failures": self.failures,
             "passed": not self.failures,

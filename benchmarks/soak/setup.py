@@ -22,6 +22,11 @@ SERVER_ENV = {
     "SGLANG_INIT_NEW_TOKEN_RATIO": "0.05",
     "SGLANG_REQUEST_STATE_WAIT_TIMEOUT": "1",
 }
+HICACHE_ARGS = ["--enable-hierarchical-cache", "--hicache-io-backend", "direct"]
+"""HiCache's host tier (twice the device pools, write_through): the small device pool evicts
+what the traffic returns to, so its hits load back from the host."""
+LOAD_BACK = "sglang:load_back_tokens_total"
+HOST_USED = "sglang:hicache_host_used_tokens"
 RETRACTED = "sglang:num_retracted_requests_total"
 REQUEST_TIMEOUT_S = 900
 TRACEBACK = re.compile(r"^Traceback \(most recent call last\)", re.M)
@@ -36,6 +41,7 @@ class SoakConfig:
     islands: bool = True
     target: str = "0.5.15"
     eviction: Optional[str] = None  # main only: --swa-islands-eviction
+    hicache: bool = False  # main only: HiCache's host tier (HICACHE_ARGS)
     boot_timeout_s: float = 900.0
 
 
@@ -50,6 +56,10 @@ def server_command(cfg: SoakConfig) -> tuple[list[str], Optional[str]]:
         if cfg.target != "main" or not cfg.islands:
             raise SystemExit("--eviction needs --target main with islands on")
         args += ["--swa-islands-eviction", cfg.eviction]
+    if cfg.hicache:
+        if cfg.target != "main":
+            raise SystemExit("--hicache needs --target main (islands with HiCache run on 0.5.23)")
+        args += HICACHE_ARGS
     if cfg.target == "0.5.15":
         return args, None
     from islands_harness.main_arm import main_islands_python, main_python
