@@ -62,6 +62,7 @@ declare -A FIRST_TESTS=(
   [swa_island_formulas]="test/engine/test_island_formulas.py test/engine/test_guard.py"
   [swa_island_guard]="test/engine/test_guard.py test/engine/test_island_formulas.py"
   [swa_island_radix_cache]="test/engine/test_island_formulas.py test/engine/test_chunk_islands.py test/engine/test_decode_islands.py test/engine/test_prefix_reuse.py"
+  [swa_island_window_eviction]="test/engine/test_prefix_reuse.py test/engine/test_eviction_cost.py test/engine/test_queued_hits.py test/engine/test_chunk_islands.py"
 )
 # Operators whose mutants are pure noise for these modules; cr-filter-operators records them as
 # skipped (regexes matched from the start of the operator name). EXCLUDE_WHY[i] is EXCLUDE_OPERATORS[i]'s reason.
