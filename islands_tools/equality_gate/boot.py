@@ -80,11 +80,18 @@ POOL_GAUGES = {
 }
 
 
+HOST_USED = "sglang:hicache_host_used_tokens"
+"""HiCache's host tier in use (tokens); absent without --enable-hierarchical-cache."""
+
+
 def pool_reading(metrics) -> dict[str, Any]:
     r: dict[str, Any] = {"running": gauge(metrics, "sglang:num_running_reqs", 0.0)}
     for pool, (a, e, u) in POOL_GAUGES.items():
         r[pool] = {"available": gauge(metrics, a), "evictable": gauge(metrics, e),
                    "used": gauge(metrics, u)}
+    host = gauge(metrics, HOST_USED, None)
+    if host is not None:
+        r["host_used"] = host
     return r
 
 
@@ -184,8 +191,23 @@ class Boot:
         g = self.srv.generate(ids, r.n, timeout=self.request_timeout)
         return Served(g.output_ids, g.cached_tokens, g.prompt_tokens)
 
+    @property
+    def host_tier(self) -> bool:
+        return "--enable-hierarchical-cache" in self.server_args
+
+    def settle_probe(self) -> None:
+        """With a host tier, the health probe's one cached token is written through to the host
+        under a lock the next scheduler step releases, and an idle scheduler publishes no gauges:
+        the same probe again (a full hit, nothing new to back up) makes that step, so the
+        reading shows the pools settled."""
+        import requests
+
+        if self.host_tier:
+            requests.get(f"{self.srv.base_url}/health_generate", timeout=60)
+
     def run(self, steps: list[Step]) -> None:
         t = time.monotonic()
+        self.settle_probe()
         self.readings["boot"] = pool_reading(self.metrics())
         done = 0
         total = len(all_reqs(steps))
@@ -288,11 +310,13 @@ class Boot:
         import requests
 
         requests.get(f"{self.srv.base_url}/health_generate", timeout=60)
+        self.settle_probe()
         boot = self.readings.get("boot")
         t = time.monotonic()
         while True:
             r = pool_reading(self.metrics())
-            if boot and all(r[p] == boot[p] for p in POOL_GAUGES):
+            if boot and all(r[p] == boot[p] for p in POOL_GAUGES) and (
+                    r.get("host_used") == boot.get("host_used")):
                 break
             if time.monotonic() - t > 15 and (r["running"] == 0 or time.monotonic() - t > 45):
                 break

@@ -5,7 +5,8 @@ Evidence, in the islands boot: cache hits where the workload expects them, a mid
 hit a decode island, extension links deep enough, junction hits at the branch point, and the
 island insert counters where the server exports them. Conservation, per pool (tokens): used is 0
 right after boot and after the workload, available + evictable is the pool size after the
-workload, and the reading after /flush_cache + the health probe equals the boot reading.
+workload, and the reading after /flush_cache + the health probe equals the boot reading; with
+HiCache, so does the host tier's usage.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ def conservation_check(boot_label: str, readings: dict[str, Any]) -> list[str]:
         elif fp != bp:
             problems.append(f"{boot_label}: {pool} pool after /flush_cache + health probe: "
                             f"{fmt_pool(fp)}; right after boot: {fmt_pool(bp)}")
+    if "host_used" in b and f and f.get("host_used") != b["host_used"]:
+        problems.append(f"{boot_label}: host tier after /flush_cache + health probe: "
+                        f"{f.get('host_used'):.0f} tokens used; right after boot: "
+                        f"{b['host_used']:.0f}")
     return problems
 
 
@@ -48,6 +53,10 @@ def print_conservation(label: str, readings: dict[str, Any]) -> None:
             r = readings.get(when)
             parts.append(f"{when}: " + (fmt_pool(r[pool]) if r else "not read"))
         say(f"  conservation [{label}] {pool:4s} | " + " | ".join(parts))
+    if "host_used" in (readings.get("boot") or {}):
+        say(f"  conservation [{label}] host | " + " | ".join(
+            f"{when}: {(readings.get(when) or {}).get('host_used', float('nan')):.0f} used"
+            for when in ("boot", "end", "flushed")))
 
 
 def island_counters(metrics: Metrics) -> Optional[dict[str, float]]:
