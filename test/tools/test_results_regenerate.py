@@ -36,7 +36,8 @@ RENDERED = (
            "prefix_reuse_quick_main_islands", "prefix_reuse_quick_main_islands_auto",
            "prefix_reuse_quick_main_islands_repeat", "prefix_reuse_quick_main_window",
            "prefix_reuse_quick_main_window_queued", "prefix_reuse_quick_main_window_touch",
-           "prefix_reuse_quick_main_gemma4", "prefix_reuse_quick_main_hicache")
+           "prefix_reuse_quick_main_gemma4", "prefix_reuse_quick_main_hicache",
+           "prefix_reuse_quick_main_hicache_gemma4")
     + _cases("prefix_reuse.sim", "to_markdown", "prefix_reuse_sim", "prefix_reuse_sim_main",
              "prefix_reuse_sim_main_latency2", "prefix_reuse_sim_main_24seeds",
              "prefix_reuse_sim_main_24seeds_latency2")
