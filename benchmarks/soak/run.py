@@ -168,7 +168,7 @@ class Soak:
         if len(rss) >= 2 and rss[-1] > rss[0] * 1.10 + 64:
             self.failures.append(f"RSS grew from {rss[0]} to {rss[-1]} MiB")
         aborted = sum(1 for o in outs if o.kind == "abort" and o.finish == "abort")
-        loaded = self.idle_points[-1]["host_loaded_tokens"] if self.idle_points else 0.0
+        loaded = self.idle_points[-1].get("host_loaded_tokens", 0.0) if self.idle_points else 0.0
         if self.cfg.hicache and not loaded:
             self.failures.append("--hicache: no token was loaded back from the host tier")
         return {
