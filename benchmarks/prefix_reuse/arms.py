@@ -55,9 +55,16 @@ MAIN_ARMS = ("main", "main_knobs", "main_free_off", "main_release_prefill", "mai
 DEFAULT_ARMS = ("upstream", "upstream_knobs", "islands_eager", "islands")
 """The issue's four arms; ``islands_auto`` (eager below the watermark) runs when named in --arms."""
 ISLAND_ARMS = ("islands_eager", "islands", "islands_auto")
-POOLS = ("ample", "0.17-eq", "0.10-eq")
+DEFAULT_POOLS = ("ample", "0.17-eq", "0.10-eq")
+"""The pools a run boots unless ``--pools`` says otherwise (the simulator's too)."""
+POOLS = (*DEFAULT_POOLS, "lean-device")
+"""Every pool, in report order; ``lean-device`` runs only when named."""
 AMPLE_RATIO = 0.5
 """``--swa-full-tokens-ratio`` of the ``ample`` pool (every other pool is the planner's)."""
+LEAN_DEVICE_TOKENS = 16_384
+"""``--max-total-tokens`` of the ``lean-device`` pool: a quarter of the others', so a class's Full
+KV does not fit on the device and a HiCache host tier's loads count; its SWA pool is 0.17-eq's
+(the server ratio scaled by the same factor)."""
 
 
 def pool_table(mapping: Optional[Dict[str, Any]] = None,
@@ -80,6 +87,9 @@ def pool_table(mapping: Optional[Dict[str, Any]] = None,
         out[f"{key}-eq"] = {k: p[k] for k in (
             "ratio_equivalent", "server_ratio", "swa_pool", "bind_without_islands",
             "island_capacity", "island_capacity_with_tail")}
+    scale = cpu.max_total_tokens / LEAN_DEVICE_TOKENS
+    out["lean-device"] = {**out["0.17-eq"], "max_total_tokens": LEAN_DEVICE_TOKENS,
+                          "server_ratio": round(out["0.17-eq"]["server_ratio"] * scale, 8)}
     return out
 
 
@@ -87,7 +97,8 @@ def server_args(arm: str, pool: Dict[str, Any], cpu: admission_setup.CpuShape = 
                 model: str = "laguna") -> List[str]:
     """The server's command-line arguments for ``arm`` at ``pool`` (a ``pool_table`` row),
     serving ``model`` (``islands_harness.models``: its own arguments come last)."""
-    return (admission_setup.common_server_args(cpu)
+    device = ["--max-total-tokens", str(pool["max_total_tokens"])] if "max_total_tokens" in pool else []
+    return (admission_setup.common_server_args(cpu) + device
             + ["--swa-full-tokens-ratio", repr(pool["server_ratio"])] + list(ARMS[arm]["args"])
             + list(get_model(model).server_args))
 

@@ -96,7 +96,8 @@ from admission import setup as admission_setup  # noqa: E402
 from islands_harness.bench_outputs import add_output_args, output_paths, write_files, write_json, write_text  # noqa: E402,E501
 from islands_harness.provenance import git_head  # noqa: E402
 from sglang.srt.mem_cache.swa_island_formulas import EVICTION_ORDERS  # noqa: E402
-from prefix_reuse.arms import (ARMS, CPU, DEFAULT_ARMS, POOLS, comma_choice, pool_table,  # noqa: E402
+from prefix_reuse.arms import (ARMS, CPU, DEFAULT_ARMS, DEFAULT_POOLS,  # noqa: E402
+                               LEAN_DEVICE_TOKENS, POOLS, comma_choice, pool_table,
                                unserved_arms)
 from islands_harness.models import MODELS, get_model, real_vocab  # noqa: E402
 from prefix_reuse.clients import plan_classes  # noqa: E402
@@ -161,8 +162,10 @@ def parse_args(argv=None):
     ap.add_argument("--model", default="laguna", choices=list(MODELS),
                     help="the tiny model served (islands_harness.models; default laguna); gemma4 "
                          "and gemma4-moe run on the 0.5.23 arms only")
-    ap.add_argument("--pools", default=",".join(POOLS),
-                    help=f"comma list of pools: {','.join(POOLS)} (default all)")
+    ap.add_argument("--pools", default=",".join(DEFAULT_POOLS),
+                    help=f"comma list of pools: {','.join(POOLS)} (default "
+                         f"{','.join(DEFAULT_POOLS)}; lean-device: --max-total-tokens "
+                         f"{LEAN_DEVICE_TOKENS:,} with 0.17-eq's SWA pool, for a host tier)")
     ap.add_argument("--seed", type=int, default=Workload().seed, help="workload seed")
     ap.add_argument("--plan-only", action="store_true",
                     help="print the pools, arms and per-class workload sizes (requests, prompt "

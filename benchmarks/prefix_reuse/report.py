@@ -329,14 +329,19 @@ def _md_setup(result: Dict[str, Any], pools: Sequence[str]) -> List[str]:
              "classes run in the order below on it, `/flush_cache` between them.\n")
     pt = result.get("pools") or {}
     if pt:
+        # a column for the device pool only where a pool sets its own (``lean-device``)
+        device = any("max_total_tokens" in pt.get(p, {}) for p in pools)
         L.append("| pool | ratio (equivalent) | server ratio | SWA pool tokens | upstream bind "
-                 "(pool / chunk) | island capacity (with decode tail) |")
-        L.append("|---|---|---|---|---|---|")
+                 "(pool / chunk) | island capacity (with decode tail) |"
+                 + (" device pool tokens |" if device else ""))
+        L.append("|---|---|---|---|---|---|" + ("---|" if device else ""))
         for p in pools:
             x = pt.get(p, {})
+            full = x.get("max_total_tokens", result.get("max_total_tokens", 65536))
             L.append(f"| {p} | {x.get('ratio_equivalent')} | {x.get('server_ratio')} | "
                      f"{_f(x.get('swa_pool'), 0)} | {_f(x.get('bind_without_islands'))} | "
-                     f"{x.get('island_capacity')} ({x.get('island_capacity_with_tail')}) |")
+                     f"{x.get('island_capacity')} ({x.get('island_capacity_with_tail')}) |"
+                     + (f" {full:,} |" if device else ""))
         L.append("")
     desc = result.get("arm_descriptions") or arm_descriptions(
         result.get("arms", {}), result.get("main_islands_eviction"))

@@ -40,7 +40,8 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import _bench_path  # noqa: E402  (puts the repository root and benchmarks/ on sys.path)
 from admission import setup as admission_setup  # noqa: E402
-from prefix_reuse.arms import ARMS, CPU, MAIN_ARMS, POOLS, comma_choice, pool_table  # noqa: E402
+from prefix_reuse.arms import ARMS, CPU, MAIN_ARMS, comma_choice, pool_table  # noqa: E402
+from prefix_reuse.arms import DEFAULT_POOLS as POOLS  # noqa: E402  (the simulator models these)
 from islands_harness.main_arm import main_islands_python, main_python  # noqa: E402
 from prefix_reuse.replay import (SIM_ARMS, Shape, _branch_conv, _turns, drive,  # noqa: E402,F401
                                  next_token, run_class)

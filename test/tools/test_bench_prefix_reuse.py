@@ -418,3 +418,36 @@ def test_smoke_run_on_the_real_server(tmp_path):
         assert isl["max_swa_held_per_running_req"] is not None
     assert (tmp_path / "prefix_reuse_smoke.md").exists()
     assert (tmp_path / "prefix_reuse_smoke.png").exists()
+
+
+def test_lean_device_pool_keeps_0_17_eq_swa_pool_on_a_quarter_of_the_device_pool():
+    """``lean-device``: ``--max-total-tokens`` 16,384 given after the common arguments (the last
+    one wins), a server ratio scaled so the SWA pool stays 0.17-eq's; not a default pool, and the
+    markdown names the device pool only when a pool sets its own."""
+    from admission import setup as admission_setup
+    from prefix_reuse.arms import (CPU, DEFAULT_POOLS, LEAN_DEVICE_TOKENS, pool_table,
+                                   server_args)
+    from islands_tools import pool_plan as plan
+
+    pools = pool_table()
+    lean, eq17 = pools["lean-device"], pools["0.17-eq"]
+    assert "lean-device" in POOLS and "lean-device" not in DEFAULT_POOLS
+    assert lean["max_total_tokens"] == LEAN_DEVICE_TOKENS == CPU.max_total_tokens // 4
+    assert abs(plan.swa_pool_tokens(LEAN_DEVICE_TOKENS, lean["server_ratio"], CPU.page)
+               - eq17["swa_pool"]) <= 1
+    args = server_args("main_hicache", lean)
+    common = admission_setup.common_server_args(CPU)
+    assert args[:len(common)] == common
+    i = len(args) - 1 - args[::-1].index("--max-total-tokens")
+    assert args[i + 1] == str(LEAN_DEVICE_TOKENS) and i >= len(common)
+    assert "--max-total-tokens" not in server_args("main_hicache", eq17)[len(common):]
+    rec = {"cached_tokens": 1, "requests": 1, "cached_share": 0.1, "prefill_tokens": 1,
+           "mean_running": 1, "max_running": 1, "retractions": 0, "peak_swa_used": 1,
+           "max_swa_held_per_running_req": None, "expected_shared_tokens": 1, "decode_steps": 1,
+           "wall_s": 1, "tok_per_cpu_s": 1}
+    for pool, shown in (("lean-device", True), ("0.17-eq", False)):
+        boots = [{"arm": "main_hicache", "pool": pool, "classes": {"fanout": dict(rec)}}]
+        meta = {"pools": {pool: pools[pool]}, "eviction_interval": 34, "command": "x"}
+        md = to_markdown(assemble(boots, meta))
+        assert ("device pool tokens" in md) is shown
+        assert ("| 16,384 |" in md) is shown
