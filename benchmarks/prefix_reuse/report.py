@@ -12,7 +12,7 @@ import pathlib
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on sys.path)
-from prefix_reuse.arms import ARMS, CPU, ISLAND_ARMS, POOLS
+from prefix_reuse.arms import ARMS, CPU, DEFAULT_POOLS, ISLAND_ARMS, POOLS
 from prefix_reuse.workloads import CLASSES
 
 
@@ -25,7 +25,7 @@ def fmt_or_dash(x, nd=1) -> str:
 
 
 def acceptance(arms: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], cap: int, page: int,
-               pools: Sequence[str] = POOLS, classes: Sequence[str] = CLASSES) -> List[Dict[str, Any]]:
+               pools: Sequence[str] = DEFAULT_POOLS, classes: Sequence[str] = CLASSES) -> List[Dict[str, Any]]:
     """The issue's done-when, per pool and class, on the measured numbers.
 
     * ample: islands cached >= upstream cached - page x requests;
@@ -100,7 +100,7 @@ MAIN_ISLANDS_AUTO = ("default eviction `auto`: `window` where the SWA pool canno
 
 
 def acceptance_main(arms: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], page: int,
-                    pools: Sequence[str] = POOLS,
+                    pools: Sequence[str] = DEFAULT_POOLS,
                     classes: Sequence[str] = CLASSES) -> List[Dict[str, Any]]:
     """Issue 27's done-when on sglang 0.5.23, per island arm (``MAIN_ISLAND_ARMS``), pool and
     class: the arm's cached >= the better of ``main`` and ``main_knobs`` cached - one page per
@@ -137,7 +137,7 @@ HICACHE_REFERENCES = ("main_hicache", "main_islands")
 
 
 def acceptance_hicache(arms: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], page: int,
-                       pools: Sequence[str] = POOLS,
+                       pools: Sequence[str] = DEFAULT_POOLS,
                        classes: Sequence[str] = CLASSES) -> List[Dict[str, Any]]:
     """Issue 50's done-when, per pool and class: ``main_islands_hicache`` cached >= the better of
     ``main_hicache`` and ``main_islands`` - one page per request, and ``gap_closed``, the share of

@@ -13,7 +13,7 @@ import pytest
 _ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 sys.path.insert(0, os.path.join(_ROOT, "benchmarks"))
 
-from prefix_reuse.arms import ARMS, DEFAULT_ARMS, POOLS  # noqa: E402
+from prefix_reuse.arms import ARMS, DEFAULT_ARMS, DEFAULT_POOLS, POOLS  # noqa: E402
 from prefix_reuse.clients import plan_classes  # noqa: E402
 from prefix_reuse.report import (ALWAYS_DESCRIBED, CLASS_KEYS, COLORS,  # noqa: E402
                                  MAIN_ISLANDS_AUTO, acceptance, acceptance_hicache,
@@ -228,8 +228,8 @@ def test_committed_quick_result_has_the_schema_and_its_acceptance():
     validate_result(result)
     assert set(DEFAULT_ARMS) <= set(result["arms"]) <= set(ARMS)
     for arm in result["arms"]:
-        assert set(result["arms"][arm]) == set(POOLS), arm
-        for pool in POOLS:
+        assert set(result["arms"][arm]) == set(DEFAULT_POOLS), arm
+        for pool in DEFAULT_POOLS:
             assert set(result["arms"][arm][pool]) == set(CLASSES), (arm, pool)
     again = acceptance(result["arms"], result["cap"], result["page"])
     assert again == result["acceptance"]
@@ -252,7 +252,7 @@ def test_committed_main_result_compares_upstream_main_in_the_same_run():
     assert set(result["arms"]) == {"upstream", "upstream_knobs", "islands", "main"}
     assert acceptance(result["arms"], result["cap"], result["page"]) == result["acceptance"]
     arms = result["arms"]
-    for pool in POOLS:
+    for pool in DEFAULT_POOLS:
         for cls in CLASSES:
             isl, main = arms["islands"][pool][cls], arms["main"][pool][cls]
             assert isl["cached_tokens"] >= main["cached_tokens"], (pool, cls)
@@ -274,12 +274,12 @@ def test_committed_main_auto_result_backs_issue_27s_prefix_claims():
     validate_result(result)
     assert set(result["arms"]) == {"main", "main_knobs", "main_islands", "islands"}
     checks = acceptance_main(result["arms"], result["page"])
-    assert checks == result["acceptance_main"] and len(checks) == len(POOLS) * len(CLASSES)
+    assert checks == result["acceptance_main"] and len(checks) == len(DEFAULT_POOLS) * len(CLASSES)
     assert all(c["pass"] for c in checks if c["pool"] == "ample")
     isl = result["arms"]["main_islands"]
     for cls in CLASSES:
         assert isl["ample"][cls]["cached_tokens"] == isl["ample"][cls]["expected_shared_tokens"]
-        for pool in POOLS[1:]:
+        for pool in DEFAULT_POOLS[1:]:
             assert isl[pool][cls]["mean_running_queued"] >= result["cap"] - 1, (pool, cls)
 
 
@@ -425,7 +425,7 @@ def test_lean_device_pool_keeps_0_17_eq_swa_pool_on_a_quarter_of_the_device_pool
     one wins), a server ratio scaled so the SWA pool stays 0.17-eq's; not a default pool, and the
     markdown names the device pool only when a pool sets its own."""
     from admission import setup as admission_setup
-    from prefix_reuse.arms import (CPU, DEFAULT_POOLS, LEAN_DEVICE_TOKENS, pool_table,
+    from prefix_reuse.arms import (CPU, LEAN_DEVICE_TOKENS, pool_table,
                                    server_args)
     from islands_tools import pool_plan as plan
 
