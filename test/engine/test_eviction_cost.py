@@ -132,3 +132,64 @@ def test_each_pass_visits_no_more_nodes_in_a_larger_cache(queued):
         counts[n] = per_phase
     for small, large in zip(counts[20], counts[120]):
         assert large <= small + 8, counts
+
+
+def test_a_tombstone_refiles_only_the_descendants_whose_run_reaches_it_within_a_window():
+    """``_unverify_below``: when ``a`` loses its SWA, the live descendants re-filed are those whose
+    distance from ``a``'s end (their own tokens included) is under a window, and no deeper one.
+    A chain below ``a`` of 16 + 8 + 8 + 8 + 8 tokens, a 1-token branch leaf at every node end:
+    the chain's first two nodes and their branch leaves (16, 24; 17, 25) and ``a``'s own branch
+    leaf (1) are re-filed; the third chain node (32) and all below it are not."""
+    stack = build_stack(window=WINDOW, chunk=256, full_pool=4096, swa_pool=4096, islands=True,
+                        reclaim="lazy")
+    tree, torch = stack.tree, __import__("torch")
+    key = array("q", range(10, 98))
+
+    def insert(tokens):
+        value = stack.allocator.alloc(len(tokens)).to("cpu").to(dtype=torch.int64)
+        tree.insert(InsertParams(key=RadixKey(array("q", tokens), None), value=value))
+
+    insert(list(key))
+    ends = (40, 56, 64, 72, 80)
+    for s in ends:
+        insert(list(key[:s]) + [2000 + s])
+    a = tree.root_node.children[next(iter(tree.root_node.children))]
+    assert len(a.key) == 40 and not a.swa_tombstone
+
+    placed = []
+    real_place = tree._classes.place
+    tree._classes.place = lambda node, cls: (placed.append(node), real_place(node, cls))[1]
+    tree._tombstone_swa(a)
+
+    def depth_below_a(node):  # tokens from a's end to node's end; None if not below a
+        d = 0
+        while node is not None and node is not a:
+            d += len(node.key)
+            node = node.parent
+        return d if node is a else None
+
+    below = sorted(d for d in (depth_below_a(n) for n in placed) if d is not None)
+    assert below == [1, 16, 17, 24, 25]
+
+
+def test_a_node_longer_than_a_page_rounded_window_is_covered_by_no_window():
+    """``_protection``'s first test: a live node longer than the page-rounded window
+    (``ceil(w / p) * p``: 32 tokens at page 1) is COLD whatever ends at it, since no window
+    covers all of it (``_cold_head`` splits its head off); a leaf of exactly that length is its
+    own window, WINDOW."""
+    from sglang.srt.mem_cache.swa_island_formulas import COLD, WINDOW
+
+    page = 1
+    stack = build_stack(window=WINDOW, page=page, chunk=256, full_pool=4096, swa_pool=4096,
+                        islands=True, reclaim="lazy")
+    tree, torch = stack.tree, __import__("torch")
+    rounded = -(-WINDOW // page) * page
+    leaves = {}
+    for first, length in ((100, rounded), (200, rounded + page)):
+        tokens = array("q", [first] + list(range(300, 300 + length - 1)))
+        value = stack.allocator.alloc(length).to("cpu").to(dtype=torch.int64)
+        tree.insert(InsertParams(key=RadixKey(tokens, None), value=value))
+        leaves[length] = tree.root_node.children[next(
+            k for k, c in tree.root_node.children.items() if len(c.key) == length)]
+    assert tree._protection(leaves[rounded]) == WINDOW
+    assert tree._protection(leaves[rounded + page]) == COLD
