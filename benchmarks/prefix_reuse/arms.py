@@ -97,7 +97,8 @@ def server_args(arm: str, pool: Dict[str, Any], cpu: admission_setup.CpuShape = 
                 model: str = "laguna") -> List[str]:
     """The server's command-line arguments for ``arm`` at ``pool`` (a ``pool_table`` row),
     serving ``model`` (``islands_harness.models``: its own arguments come last)."""
-    device = ["--max-total-tokens", str(pool["max_total_tokens"])] if "max_total_tokens" in pool else []
+    device = (["--max-total-tokens", str(pool["max_total_tokens"])]
+              if "max_total_tokens" in pool else [])
     return (admission_setup.common_server_args(cpu) + device
             + ["--swa-full-tokens-ratio", repr(pool["server_ratio"])] + list(ARMS[arm]["args"])
             + list(get_model(model).server_args))

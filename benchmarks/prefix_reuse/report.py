@@ -25,7 +25,8 @@ def fmt_or_dash(x, nd=1) -> str:
 
 
 def acceptance(arms: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], cap: int, page: int,
-               pools: Sequence[str] = DEFAULT_POOLS, classes: Sequence[str] = CLASSES) -> List[Dict[str, Any]]:
+               pools: Sequence[str] = DEFAULT_POOLS,
+               classes: Sequence[str] = CLASSES) -> List[Dict[str, Any]]:
     """The issue's done-when, per pool and class, on the measured numbers.
 
     * ample: islands cached >= upstream cached - page x requests;
