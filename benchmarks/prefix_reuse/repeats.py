@@ -19,8 +19,8 @@ from prefix_reuse.arms import POOLS
 from prefix_reuse.report import HICACHE_REFERENCES, acceptance_hicache
 from prefix_reuse.workloads import CLASSES
 
-SUMMED = ("cached_tokens", "expected_shared_tokens", "requests", "retractions", "host_hit_tokens")
-"""Record keys a mean record carries (``mean_records``)."""
+AVERAGED = ("retractions", "host_hit_tokens")
+"""Record keys a mean record carries as the runs' mean, beside the cached tokens."""
 
 
 def mean_se(xs: Sequence[float]) -> Dict[str, float]:
@@ -44,13 +44,14 @@ def cells(results: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, Dict[str, Li
 
 
 def mean_records(per_run: Dict[str, Dict[str, Dict[str, List[Dict]]]]) -> Dict[str, Any]:
-    """The mean record of every cell: ``SUMMED`` keys averaged (``cached_tokens`` rounded down, so
-    an arm never gains by rounding), plus ``cached_tokens_se`` and ``runs``."""
+    """The mean record of every cell: the mean ``cached_tokens`` (rounded down, so an arm never
+    gains by rounding), its ``cached_tokens_se`` and ``runs``, the cell's ``requests`` and
+    ``expected_shared_tokens`` (the same in every run) and the ``AVERAGED`` keys."""
     arms: Dict[str, Any] = {}
     for arm, pools in per_run.items():
         for pool, classes in pools.items():
             for cls, recs in classes.items():
-                m = {k: sum(r.get(k) or 0 for r in recs) / len(recs) for k in SUMMED}
+                m = {k: sum(r.get(k) or 0 for r in recs) / len(recs) for k in AVERAGED}
                 stats = mean_se([r["cached_tokens"] for r in recs])
                 m["cached_tokens"] = math.floor(stats["mean"])
                 m["requests"] = recs[0]["requests"]
