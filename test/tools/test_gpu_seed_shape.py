@@ -380,7 +380,8 @@ def test_gpu_check_main_step_gets_the_call_alone_or_leaves_the_gate_its_minimum(
     p, calls = _gpu_check(tmp_path, "--steps", "bench,main")
     budgets = [int(shlex.split(c)[shlex.split(c).index("--budget") + 1]) for c in calls
                if "benchmarks/seed_shape.py" in c]
-    assert len(budgets) == 2 and budgets[0] == 540 - 240 - 5 - 20, budgets
+    # the clock ticks during setup: a slow machine may have spent a few seconds of the budget
+    assert len(budgets) == 2 and 540 - 240 - 5 - 20 - 3 <= budgets[0] <= 540 - 240 - 5 - 20, budgets
     # all three do not fit 540 s: the bench is skipped, main and the gate run
     p, calls = _gpu_check(tmp_path, "--steps", "bench,main,gate")
     assert re.search(r"SKIP seed-shape benchmark \(gpu\): \d+ s left of the 540 s budget "
