@@ -14,6 +14,7 @@ from sglang.srt.mem_cache.swa_island_formulas import (
     hold_unified_decode,
     lazy_reclaim_fits,
     default_reclaim,
+    host_backup_tokens,
     queued_hit_reserve,
     reclaim_watermark,
     resolve_eviction,
@@ -172,6 +173,14 @@ def test_a_match_lock_takes_the_window_rounded_up_to_pages(window_left, page, wa
     assert window_lock_tokens(window_left, page) == want
 
 
+@pytest.mark.parametrize("w, p, want", [(32, 1, 33), (1024, 64, 1088), (33, 16, 64), (128, 16, 144)])
+def test_a_host_backup_takes_what_a_commit_leaves_live_at_the_least(w, p, want):
+    assert host_backup_tokens(w, p) == want
+    # exactly what a commit at a page-aligned L leaves live behind L (the frontier's w + p)
+    for L in range(want + p, want + 8 * p, p):
+        assert L - swa_tombstone_frontier(L, w, p) == want, L
+
+
 @pytest.mark.parametrize("hits, window_left, page, held, want", [
     (3, 32, 1, 900, 96), (40, 32, 1, 900, 900), (2, 127, 16, 10_000, 256), (0, 32, 1, 900, 0),
     (5, 32, 1, 0, 0), (5, 32, 1, -3, 0)])
@@ -198,14 +207,6 @@ def test_auto_eviction_is_the_window_order_where_a_chunk_per_request_does_not_fi
     assert resolve_eviction("auto", fits) == order
     for given in ("lru", "window"):  # a given order stands, whatever the pool
         assert resolve_eviction(given, fits) == given
-
-
-def test_auto_eviction_is_main_walk_under_a_hicache_host_tier():
-    # a lean pool resolves to the window order, but with a host tier main's walk backs windows up
-    assert resolve_eviction("auto", False, host_tier=True) == "lru"
-    assert resolve_eviction("auto", True, host_tier=True) == "lru"
-    assert resolve_eviction("lru", False, host_tier=True) == "lru"
-    assert resolve_eviction("window", False, host_tier=True) == "window"  # server args refuse it
 
 
 def test_the_default_reclaim_follows_the_resolved_eviction_order():

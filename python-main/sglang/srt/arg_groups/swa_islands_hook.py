@@ -75,18 +75,14 @@ def swa_islands_conflict(cfg: Any, environ: Mapping[str, str]) -> Optional[str]:
 
 def hicache_conflict(cfg: Any) -> Optional[str]:
     """Why islands cannot run with this HiCache configuration, or None. Covered: a host tier
-    (``--hicache-host-memory-mode cache``) under either write policy, with main's SWA eviction
-    walk (``--swa-islands-eviction lru``; ``auto`` resolves to it), on either tree core."""
+    (``--hicache-host-memory-mode cache``) under either write policy, with either eviction order
+    (``lru`` on either tree core, ``window`` on the Python one)."""
     if cfg.hicache_storage_backend is not None:
         return (f"with --hicache-storage-backend {cfg.hicache_storage_backend} adds an L3 store "
                 "whose SWA prefetch and backup islands are not verified with")
     if cfg.hicache_host_memory_mode != "cache":
         return (f"with --hicache-host-memory-mode {cfg.hicache_host_memory_mode} stages SWA "
                 "through a buffer pipeline islands are not verified with")
-    if cfg.swa_islands_eviction == "window":
-        return ("with --swa-islands-eviction window: the window order treats a device tombstone "
-                "as final and splits locked windows without carrying a pending host backup; use "
-                "lru (what auto picks with a host tier)")
     return None
 
 

@@ -138,6 +138,15 @@ def window_lock_tokens(window_left: int, page_size: int) -> int:
     return -(-window_left // page_size) * page_size
 
 
+def host_backup_tokens(window: int, page_size: int) -> int:
+    """SWA tokens a HiCache host backup of a match or insert end at ``E`` takes behind ``E``:
+    ``ceil_p(w) + p``, the least a commit leaves live (:func:`swa_tombstone_frontier`), so that
+    a match ending up to a page short of ``E`` finds its window on the host too (a re-sent prompt
+    leaves its last page to compute; its first decode island lands a token or two past the
+    prompt's end). Example: w=32, p=1: 33; w=1024, p=64: 1088."""
+    return _ceil_page(window, page_size) + page_size
+
+
 def queued_hit_reserve(queued_hits: int, window_left: int, page_size: int, held: int) -> int:
     """SWA tokens a prefill pass leaves unspent while requests run: the windows of ``queued_hits``
     distinct queued hits (one page-rounded window each, ``window_lock_tokens``), at most ``held``,

@@ -6,7 +6,9 @@ eviction class (``swa_island_formulas.CLASSES``) instead of one LRU walk: cold S
 retention windows, then upstream's walk over everything but queued hits' windows, then those
 (latest queued request first), then what is left. It owns the match-end stamps
 (:data:`MATCH_END_KEY`), the touches (:data:`TOUCH_KEY`), the per-class candidates and the queued
-hits (``swa_island_queue.QueuedHitIndex``); device SWA locks take one page-rounded window.
+hits (``swa_island_queue.QueuedHitIndex``); device SWA locks take one page-rounded window. With a
+HiCache host tier each match or insert end's window is split off at its start and is what a
+write-through backup takes of SWA (:meth:`SWAIslandComponent._collect_unbacked_swa_nodes`).
 
 Invariants: while cold SWA remains, no window that ends a match point is tombstoned; every live,
 unlocked ``COLD`` node is a ``COLD`` candidate and every ``RETENTION`` one a candidate of either
@@ -29,6 +31,7 @@ from sglang.srt.mem_cache.swa_island_formulas import (
     QUEUED,
     RETENTION,
     WINDOW,
+    host_backup_tokens,
     window_lock_tokens,
 )
 from sglang.srt.mem_cache.swa_island_queue import QueuedHitIndex
@@ -123,14 +126,22 @@ class SWAIslandComponent(SWAComponent):
 
     def __init__(self, cache, params):
         super().__init__(cache, params)
-        # Tokens of contiguous live SWA a match end needs behind it (upstream's match validator).
-        self.window_span = self.sliding_window_size
         self._walk_cursor = None
         self._walk_done = False  # this call's walk over everything but queued hits met its end
         self._queued_walk: Optional[Iterator] = None  # this call's queued hits left, latest first
         self._clock = 0  # the last touch given
         self._candidates = self._no_candidates()
         self.queued: Optional[QueuedHitIndex] = None  # made with the list, at every reset
+
+    @property
+    def window_span(self) -> int:
+        """Tokens behind a match or insert end that its window covers: the contiguous live SWA
+        upstream's match validator needs, or with a host tier what a backup of the end takes
+        (:attr:`_host_backup_span`, a page more), so that the device gives that span up as one
+        and it enters the host tier's LRU list as one."""
+        if self.tree_core is not None and self.tree_core.has_swa_host_pool:
+            return self._host_backup_span
+        return self.sliding_window_size
 
     @staticmethod
     def _no_candidates() -> dict:
@@ -183,6 +194,9 @@ class SWAIslandComponent(SWAComponent):
         category = WINDOW if phase is LRURefreshPhase.MATCH_END else RETENTION
         if metadata.get(MATCH_END_KEY, COLD) < category:
             metadata[MATCH_END_KEY] = category
+        if self.tree_core.has_swa_host_pool:
+            # before the insert's write-through walks the window: it backs up whole nodes
+            self._split_window_start(node, self._host_backup_span)
         self._settle_window(node, WINDOW if self._is_window_end(node) else RETENTION)
 
     def _settle_window(self, end, category: int) -> None:
@@ -255,6 +269,54 @@ class SWAIslandComponent(SWAComponent):
             if child.component_data[ct].value is None or below >= span:
                 return node_class, tail
             cur = child
+
+    # ---- host backups ---------------------------------------------------------------------------
+
+    @property
+    def _host_backup_span(self) -> int:
+        """Tokens of SWA a host backup of an end takes behind it (``host_backup_tokens``)."""
+        return host_backup_tokens(self.sliding_window_size + 1, self.tree_core.page_size)
+
+    def _collect_unbacked_swa_nodes(self, node) -> list:
+        """The live SWA without a host copy that ``node``'s backup takes, deepest first: the
+        nodes from ``node`` up that lie in the span (``host_backup_tokens``) behind the nearest
+        match or insert end at or below ``node``; none when no end's span reaches ``node``.
+        Upstream takes one window behind every node of a write-through chain, in whole nodes:
+        cold SWA stays live below the frontier here (``lazy``), so the host would hold cold
+        chunks. A chain backs up ancestors first and a walk stops at a node whose backup is
+        pending, so each node of the chain takes its own part of the span. An end's span begins at
+        a node boundary (:meth:`refresh_lru` splits there), so the backups are that span."""
+        ct, root = self.component_type, self.tree_core.root_node
+        if not self.tree_core.has_swa_host_pool or node is root:
+            return []
+        rest = self._host_backup_span - self._below_to_end(node)
+        covered, unbacked, cur = 0, [], node
+        while cur is not root and covered < rest:
+            if cur.write_through_pending_id is not None:  # its backup carries the rest
+                break
+            cd = cur.component_data[ct]
+            value = cd.value if cd.value is not None else cd.host_value
+            if value is None:
+                break
+            covered += len(value)
+            if cd.value is not None and cd.host_value is None:
+                unbacked.append(cur)
+            cur = cur.parent
+        return unbacked
+
+    def _below_to_end(self, node) -> int:
+        """Tokens from ``node``'s end down to the end of the nearest match or insert end at or
+        below it (``node`` itself: 0), along its single-child chain; ``host_backup_tokens`` when
+        none is nearer. At most ``host_backup_tokens / p`` node steps."""
+        ct, span = self.component_type, self._host_backup_span
+        below, cur = 0, node
+        while below < span:
+            if (self._is_window_end(cur)
+                    or cur.component_data[ct].metadata.get(MATCH_END_KEY, COLD) >= RETENTION):
+                return below
+            (cur,) = cur.children.values()
+            below += len(cur.key)
+        return span
 
     # ---- device eviction ------------------------------------------------------------------------
 
@@ -365,7 +427,8 @@ class SWAIslandComponent(SWAComponent):
         if not self._has_cold_head(len(node.key), tail):
             return None
         head, action = self.tree_core._split_node(node.key, node, len(node.key) - tail)
-        assert action is None, "islands run without a host tier"
+        if action is not None:  # a pending host backup of node: its ack covers both halves
+            self.cache._apply_cache_action(action)
         return head
 
     def _has_cold_head(self, length: int, tail: int) -> bool:
@@ -378,25 +441,26 @@ class SWAIslandComponent(SWAComponent):
     # ---- one-window locks -------------------------------------------------------------------------
 
     def acquire_component_lock(self, node, result, lock_host: bool = False):
-        """Upstream's device lock of the segment that covers the trailing window, after
-        :meth:`_split_at_window`: the lock takes one page-rounded window of live SWA
+        """Upstream's device lock of the segment that covers the trailing window, split off first
+        (:meth:`_split_window_start`): the lock takes one page-rounded window of live SWA
         (``window_lock_tokens``), not the whole node the window ends in."""
         if not lock_host:
-            self._split_at_window(node)
+            self._split_window_start(node, window_lock_tokens(self.sliding_window_size,
+                                                              self.tree_core.page_size))
         return super().acquire_component_lock(node, result, lock_host)
 
-    def _split_at_window(self, node) -> None:
-        """Split the live node in which the ``window_lock_tokens`` tokens ending at ``node``'s end
-        begin, so that the part of it they cover is a node of its own. Page-aligned: node keys
-        are whole pages and the lock length is page-rounded. At most ``w / p`` node steps."""
+    def _split_window_start(self, node, need: int) -> None:
+        """Split the live node in which the ``need`` tokens ending at ``node``'s end begin, so
+        that the part of it they cover is a node of its own. Page-aligned: node keys are whole
+        pages and ``need`` is. At most ``need / p`` node steps."""
         ct, root = self.component_type, self.tree_core.root_node
-        need = window_lock_tokens(self.sliding_window_size, self.tree_core.page_size)
         covered, cur = 0, node
-        while cur is not root and covered < self.sliding_window_size:
+        while cur is not root and covered < need:
             length = len(cur.key)
             if covered + length > need and cur.component_data[ct].value is not None:
                 _, action = self.tree_core._split_node(cur.key, cur, covered + length - need)
-                assert action is None, "islands run without a host tier"
+                if action is not None:
+                    self.cache._apply_cache_action(action)
                 return
             covered += length
             cur = cur.parent
@@ -418,9 +482,9 @@ class SWAIslandComponent(SWAComponent):
     def _file_above(self, node) -> None:
         """File the live nodes up to ``w`` tokens above ``node`` as ``COLD`` candidates: ``node``
         lost its SWA (or is being deleted), so their windows may have run through it, and a parent
-        may stop being a junction. A tombstone ends the walk: no window runs through it, and with
-        Full KV on the device (no host tier under islands) upstream never deletes it with
-        ``node``."""
+        may stop being a junction. A tombstone ends the walk: no device window runs through it
+        (a window through a host-backed one is on the host, backed up with its end), and its own
+        deletion, if upstream deletes it, files what lies above it."""
         ct, root = self.component_type, self.tree_core.root_node
         lru = self.tree_core.lru_lists[ct]
         live, cur = 0, node.parent

@@ -30,8 +30,6 @@ UNSUPPORTED = [
      "--enable-hierarchical-cache with --hicache-storage-backend file"),
     ({"enable_hierarchical_cache": True, "hicache_host_memory_mode": "buffer_only"},
      "--enable-hierarchical-cache with --hicache-host-memory-mode buffer_only"),
-    ({"enable_hierarchical_cache": True, "swa_islands_eviction": "window"},
-     "--enable-hierarchical-cache with --swa-islands-eviction window"),
     ({"enable_lmcache": True}, "--enable-lmcache"),
     ({"enable_flexkv": True}, "--enable-flexkv"),
     ({"enable_unified_cache_external_linker": True}, "--enable-unified-cache-external-linker"),
@@ -85,10 +83,10 @@ class TestSwaIslandsRefusals(unittest.TestCase):
         handle_swa_islands(args(enable_swa_islands=True), environ={})
 
     def test_a_hicache_host_tier_is_covered_under_either_write_policy(self):
-        """Islands compose with HiCache's host tier (cache mode, no L3 store) under main's SWA
-        walk: auto and lru eviction, write_through and write_back."""
+        """Islands compose with HiCache's host tier (cache mode, no L3 store) under every
+        eviction order and either write policy."""
         for policy in ("write_through", "write_back"):
-            for eviction in ("auto", "lru"):
+            for eviction in ("auto", "lru", "window"):
                 with self.subTest(policy=policy, eviction=eviction):
                     cfg = args(enable_swa_islands=True, enable_hierarchical_cache=True,
                                hicache_write_policy=policy, swa_islands_eviction=eviction)

@@ -53,12 +53,15 @@ def hit_at(cache, end: int) -> int:
 
 
 class TestSWAIslandEvictionOrder(unittest.TestCase):
-    def build(self, component=SWAIslandComponent):
+    def build(self, component=SWAIslandComponent, host_tier=False):
+        """The tree of the module docstring; ``host_tier``: as if HiCache had attached an SWA
+        host pool (``has_swa_host_pool``, which the component reads; nothing is transferred)."""
         params = build_params(
             max_num_reqs=4, kv_size=KV, tree_core_backend="python", enable_swa_islands=True,
             swa_islands_reclaim="lazy", chunked_prefill_size=CHUNK,
             component_registry_override={ComponentType.SWA: component})
         cache = SWAIslandUnifiedRadixCache(params)
+        cache.tree_core.has_swa_host_pool = host_tier
         self.assertIs(type(cache.components[ComponentType.SWA]), component)
         req = make_prefilling_req(cache, PROMPT)
         for k in range(1, CHUNKS + 1):
@@ -350,6 +353,48 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         cache.dec_lock_ref(dict(self.nodes(cache))[(97, 112)].id, lock.to_dec_params())
         self.assertEqual(cache.swa_protected_size(), 0)
 
+    def test_a_host_tier_backs_up_a_window_and_a_page_at_each_end_and_no_cold_chunk(self):
+        """With a host tier a write-through backup of a node takes the SWA without a host copy
+        that lies in the window and a page (33 tokens, ``host_backup_tokens``) behind the nearest
+        match or insert end at or below it, and none for a node no end's span reaches. ``lazy``
+        keeps the cold chunks live, and upstream's walk backs up each node of a write-through
+        chain with one window of live SWA behind it, in whole nodes. Every end splits its span off
+        at its start, so a backup is that span: a re-sent prompt, which matches a page short of
+        its end, finds its window on the host."""
+        def backup(cache, span):
+            spans = dict(self.nodes(cache))
+            got = cache.components[ComponentType.SWA]._collect_unbacked_swa_nodes(spans[span])
+            return sorted(s for s, n in spans.items() if n in got)
+
+        upstream = self.build(SWAComponent, host_tier=True)
+        self.assertEqual(backup(upstream, (0, 33)), [(0, 33)])  # a cold chunk, whole
+        cache = self.build(host_tier=True)
+        self.assertEqual([span for span, _ in self.nodes(cache)],
+                         [(0, 31), (31, 33), (33, 64), (64, 95), (95, 97), (97, 128),
+                          (128, 159), (159, 161), (161, 192)])
+        for cold in ((0, 31), (64, 95), (128, 159)):
+            self.assertEqual(backup(cache, cold), [], cold)
+        for start, end in ((31, 64), (95, 128), (159, 192)):  # two chunk ends and the leaf
+            self.assertEqual(backup(cache, (start + 2, end)), [(start, start + 2), (start + 2, end)])
+            # a chain backs up ancestors first: the end's own backup then stops at its pending
+            # parent, which takes its part of the span itself
+            self.assertEqual(backup(cache, (start, start + 2)), [(start, start + 2)])
+        # a match ends at 100, inside [97,128): its span [67,100) starts inside [64,95)
+        self.assertEqual(hit_at(cache, 100), 100)
+        self.assertEqual([span for span, _ in self.nodes(cache)][3:7],
+                         [(64, 67), (67, 95), (95, 97), (97, 100)])
+        self.assertEqual(backup(cache, (97, 100)), [(67, 95), (95, 97), (97, 100)])
+        self.assertEqual(backup(cache, (67, 95)), [(67, 95)])
+        self.assertEqual(backup(cache, (64, 67)), [])
+        cache.components[ComponentType.SWA].check_candidates()
+        self.assertEqual([hit_at(cache, end) for end in (63, 100, 127, 191)], [63, 100, 127, 191])
+        # without a host tier an end splits nothing (a lock does, when one is taken)
+        cache = self.build()
+        self.assertEqual(hit_at(cache, 100), 100)
+        self.assertIn((64, 97), dict(self.nodes(cache)))
+        self.assertIsNone(cache.components[ComponentType.SWA]._collect_unbacked_swa_nodes(
+            dict(self.nodes(cache))[(97, 100)]) or None)
+
     def test_the_setting_picks_the_component_and_window_runs_on_the_python_core(self):
         for order, backend, component, core in (("lru", "rust", SWAComponent, "rust"),
                                                  ("lru", "python", SWAComponent, "python"),
@@ -407,13 +452,21 @@ class TestSWAIslandEvictionIndex(unittest.TestCase):
             with self.subTest(seed=seed):
                 self.run_traffic(random.Random(seed))
 
-    def run_traffic(self, rng):
+    def test_with_a_host_tier_random_traffic_keeps_the_index_and_takes_cold_first(self):
+        """The same with ``has_swa_host_pool`` (the ends' windows split off at every match and
+        insert end, for their backups)."""
+        for seed in range(5, 8):
+            with self.subTest(seed=seed):
+                self.run_traffic(random.Random(seed), host_tier=True)
+
+    def run_traffic(self, rng, host_tier=False):
         params = build_params(
             max_num_reqs=4, kv_size=self.KV, tree_core_backend="python",
             enable_swa_islands=True, swa_islands_reclaim=rng.choice(["lazy", "auto"]),
             chunked_prefill_size=CHUNK, swa_islands_decode_interval=rng.choice([16, 48]),
             swa_islands_eviction="window")
         cache = SWAIslandUnifiedRadixCache(params)
+        cache.tree_core.has_swa_host_pool = host_tier
         swa = cache.components[ComponentType.SWA]
         allocator = cache.token_to_kv_pool_allocator
         transcripts, token = [], 1000
