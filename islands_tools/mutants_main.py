@@ -126,7 +126,7 @@ MUTANTS = (
      "                tail = min(len(node.key), span - below)",
      "                tail = len(node.key)"),
     ("auto eviction ignores the pool", FORMULAS,
-     'return "lru" if lazy_fits or host_tier else "window"', 'return "lru"'),
+     'return "lru" if lazy_fits else "window"', 'return "lru"'),
     ("the cache resolves auto as if every pool fitted", CACHE,
      "resolve_eviction(params.swa_islands_eviction, fits or not swa_tree,",
      "resolve_eviction(params.swa_islands_eviction, True,"),

@@ -2,10 +2,11 @@
 (issue 50): device KV evicted to the host tier is loaded back on a hit, islands' windows go to the
 host with every island, and every output stays token-for-token transformers'.
 
-Arms: `main` (stock 0.5.23, `.venv-main`, or `HICACHE_MAIN_PYTHON`) and `main_islands`
-(`.venv-main-islands`, `--enable-swa-islands`; with a host tier `auto` eviction is main's SWA
-walk, which backs a window up before freeing it). Stock 0.5.23 cannot run HiCache on a CPU
-device pool; the harness-only `patches-main/0012` (in both series) makes it run
+Arms: `main` (stock 0.5.23, `.venv-main`, or `HICACHE_MAIN_PYTHON`), `main_islands`
+(`.venv-main-islands`, `--enable-swa-islands`: `auto` eviction, the window order at this pool, on
+the Python tree core; each match or insert end backs up its own window) and `main_islands_lru`
+(the same with main's SWA walk, `--swa-islands-eviction lru`, on the Rust tree core). Stock
+0.5.23 cannot run HiCache on a CPU device pool; the harness-only `patches-main/0012` (in both series) makes it run
 (`patches-main/README.md`). Only `--hicache-io-backend direct` runs on CPU.
 
 One boot per arm and write policy, each policy on the other host layout so that the boots cover
@@ -44,9 +45,13 @@ from islands_tools import swa_cut
 
 MAIN_PY = Path(os.environ.get("HICACHE_MAIN_PYTHON")
                or REPO_ROOT / ".venv-main" / "bin" / "python")
+ISLANDS = ["--enable-swa-islands", "--swa-islands-decode-interval", "16"]
 ARMS = {"main": (MAIN_PY, []),
-        "main_islands": (MAIN_ISLANDS_PYTHON, ["--enable-swa-islands",
-                                               "--swa-islands-decode-interval", "16"])}
+        "main_islands": (MAIN_ISLANDS_PYTHON, ISLANDS),
+        "main_islands_lru": (MAIN_ISLANDS_PYTHON, [*ISLANDS, "--swa-islands-eviction", "lru"])}
+EVICTION = {"main_islands": "window", "main_islands_lru": "lru"}
+"""The eviction order each island arm runs: ``auto`` resolves to the window order at this SWA
+pool (it cannot keep a chunk per running request); ``lru`` is main's walk."""
 PATCH = "0012-harness-only-hicache-on-a-cpu-device-pool.patch"
 PATCHES = REPO_ROOT / "patches-main"
 
@@ -181,7 +186,7 @@ class Runs:
             done["C"] = (c, srv.generate(c, max_new_tokens=MAX_NEW))
             metrics = fetch_metrics(srv.base_url)
             advice = (swa_cut.advice(swa_cut.read(srv.base_url + "/metrics"), 0.5)
-                      if arm == "main_islands" else None)
+                      if arm in EVICTION else None)
             aborted = _abort_mid_prefill(srv)
             flush_cache_when_idle(srv)
             srv.generate([5, 6, 7], 2)  # a tick: the gauges refresh on the scheduler's log path
@@ -223,8 +228,8 @@ def test_evicted_prefix_is_loaded_back_from_the_host_tier(runs, arm, policy):
     want = "page_first_direct" if served.layout == "page_first" else served.layout
     assert f"'hicache_mem_layout': '{want}'" in log
     assert "hicache_attached=True" in log and "Allocating swa hierarchical KV host pool" in log
-    if arm == "main_islands":
-        assert "SWAIslandUnifiedRadixCache" in log and "eviction lru" in log
+    if arm in EVICTION:
+        assert "SWAIslandUnifiedRadixCache" in log and f"eviction {EVICTION[arm]}" in log
     r = served.requests
     assert r["A"][1].cached_tokens == 0
     # A was pushed out of the 1024-token device pool by the fillers: its hit is all host
@@ -259,18 +264,19 @@ def test_islands_windows_on_the_host_tier_hit_a_branch_into_evicted_output(runs)
     write_through every decode island wrote its window through, so islands hit C to at least its
     last island below the branch, from the host; stock main hit less (its only output window on
     the host is B's end). Under write_back the windows go to the host only as they are evicted,
-    so islands hit at least stock's there."""
+    so islands hit at least stock's there. Under either eviction order."""
     floor = B_PROMPT + C_AT - ISLAND_EVERY
-    on = runs.get("main_islands", "write_through").requests["C"][1]
     off = runs.get("main", "write_through").requests["C"][1]
-    assert on.cached_tokens >= floor, (on.cached_tokens, floor, on.meta_info)
-    assert _host_hit(on) > 0, on.meta_info
-    assert on.cached_tokens > off.cached_tokens, (on.cached_tokens, off.cached_tokens)
-    for policy in POLICIES:
-        on_c = runs.get("main_islands", policy).requests["C"][1]
-        off_c = runs.get("main", policy).requests["C"][1]
-        assert on_c.cached_tokens >= off_c.cached_tokens, (policy, on_c.cached_tokens,
-                                                            off_c.cached_tokens)
+    for arm in EVICTION:
+        on = runs.get(arm, "write_through").requests["C"][1]
+        assert on.cached_tokens >= floor, (arm, on.cached_tokens, floor, on.meta_info)
+        assert _host_hit(on) > 0, (arm, on.meta_info)
+        assert on.cached_tokens > off.cached_tokens, (arm, on.cached_tokens, off.cached_tokens)
+        for policy in POLICIES:
+            on_c = runs.get(arm, policy).requests["C"][1]
+            off_c = runs.get("main", policy).requests["C"][1]
+            assert on_c.cached_tokens >= off_c.cached_tokens, (arm, policy, on_c.cached_tokens,
+                                                                off_c.cached_tokens)
 
 
 @pytest.mark.server

@@ -58,12 +58,10 @@ def committed_len(req: "Req") -> int:
     return req.owned_kv_len()
 
 
-def _auto_reason(eviction: str, fits: bool, host_tier: bool) -> str:
+def _auto_reason(eviction: str, fits: bool) -> str:
     """What the log says after a resolved ``auto`` eviction order."""
     if eviction != "auto":
         return ""
-    if host_tier and not fits:
-        return " (auto: a HiCache host tier backs windows up under main's walk)"
     return (" (auto: the SWA pool keeps a chunk per running request)" if fits else
             " (auto: the SWA pool cannot keep a chunk per running request)")
 
@@ -84,8 +82,7 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         fits = swa_tree and lazy_reclaim_fits(
             params.token_to_kv_pool_allocator.size_swa, params.req_to_token_pool.size,
             params.chunked_prefill_size, params.page_size)
-        eviction = resolve_eviction(params.swa_islands_eviction, fits or not swa_tree,
-                                    host_tier=params.swa_islands_host_tier)
+        eviction = resolve_eviction(params.swa_islands_eviction, fits or not swa_tree)
         reclaim = params.swa_islands_reclaim or default_reclaim(eviction)
         if reclaim not in RECLAIM_POLICIES:
             raise ValueError(f"swa_islands_reclaim must be one of {RECLAIM_POLICIES}, "
@@ -123,8 +120,7 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
             check_swa_island_pool(self, params.chunked_prefill_size)
         logger.info("SWA islands: reclaim %s%s, eviction %s%s, decode island every %d tokens",
                     reclaim, "" if params.swa_islands_reclaim else " (the default for it)",
-                    eviction, _auto_reason(params.swa_islands_eviction, fits,
-                                           params.swa_islands_host_tier),
+                    eviction, _auto_reason(params.swa_islands_eviction, fits),
                     self.decode_island_interval)
 
     # ---- reclaim --------------------------------------------------------------------------------

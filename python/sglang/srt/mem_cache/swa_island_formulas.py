@@ -49,19 +49,19 @@ upstream's SWA walk (either tree core), ``window`` gives SWA up by class (Python
 ``auto`` is one of the two by the pool (:func:`resolve_eviction`)."""
 
 
-def resolve_eviction(eviction: str, lazy_fits: bool, host_tier: bool = False) -> str:
+def resolve_eviction(eviction: str, lazy_fits: bool) -> str:
     """The SWA eviction order a cache runs, on the 0.5.23 target. ``lru`` and ``window`` stand;
     ``auto`` is ``window`` where the SWA pool cannot keep one chunk per running request
     (``lazy_fits`` false, :func:`lazy_reclaim_fits`: the lean pools islands are for, where one LRU
     walk gives up the windows that end matches together with cold SWA), else ``lru`` (no pressure
     to order, upstream's walk on its default tree core). Example: SWA pool 1,825, 16 requests,
-    cp 512: ``window``; SWA pool 32,768: ``lru``. With a HiCache host tier (``host_tier``)
-    ``auto`` is ``lru``: main's walk backs a window up to the host before it frees it."""
+    cp 512: ``window``; SWA pool 32,768: ``lru``. A HiCache host tier changes nothing: under
+    ``window`` each match or insert end backs up its own window (``SWAIslandComponent``)."""
     if eviction not in EVICTION_ORDERS:
         raise ValueError(f"eviction order must be one of {EVICTION_ORDERS}, got {eviction!r}")
     if eviction != "auto":
         return eviction
-    return "lru" if lazy_fits or host_tier else "window"
+    return "lru" if lazy_fits else "window"
 
 
 def default_reclaim(eviction: str) -> str:
