@@ -280,16 +280,17 @@ class SWAIslandComponent(SWAComponent):
     def _collect_unbacked_swa_nodes(self, node) -> list:
         """The live SWA without a host copy that ``node``'s backup takes, deepest first: the
         nodes from ``node`` up that lie in the span (``host_backup_tokens``) behind the nearest
-        match or insert end at or below ``node``; none when no end's span reaches ``node``.
-        Upstream takes one window behind every node of a write-through chain, in whole nodes:
-        cold SWA stays live below the frontier here (``lazy``), so the host would hold cold
-        chunks. A chain backs up ancestors first and a walk stops at a node whose backup is
-        pending, so each node of the chain takes its own part of the span. An end's span begins at
-        a node boundary (:meth:`refresh_lru` splits there), so the backups are that span."""
+        match or insert end at or below ``node``, and in the window ``node``'s own SWA lock
+        covers (upstream locks each node of a write-through chain until its ack, one window up,
+        in whole nodes); none when no end's span reaches ``node``. Upstream takes that window
+        behind every node of a chain: cold SWA stays live below the frontier here (``lazy``), so
+        the host would hold cold chunks. A chain backs up ancestors first and a walk stops at a
+        node whose backup is pending, so each node of the chain takes its own part of the span.
+        An end's span begins at a node boundary (:meth:`refresh_lru` splits there)."""
         ct, root = self.component_type, self.tree_core.root_node
         if not self.tree_core.has_swa_host_pool or node is root:
             return []
-        rest = self._host_backup_span - self._below_to_end(node)
+        rest = min(self._host_backup_span - self._below_to_end(node), self.sliding_window_size)
         covered, unbacked, cur = 0, [], node
         while cur is not root and covered < rest:
             if cur.write_through_pending_id is not None:  # its backup carries the rest

@@ -356,11 +356,12 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
     def test_a_host_tier_backs_up_a_window_and_a_page_at_each_end_and_no_cold_chunk(self):
         """With a host tier a write-through backup of a node takes the SWA without a host copy
         that lies in the window and a page (33 tokens, ``host_backup_tokens``) behind the nearest
-        match or insert end at or below it, and none for a node no end's span reaches. ``lazy``
-        keeps the cold chunks live, and upstream's walk backs up each node of a write-through
-        chain with one window of live SWA behind it, in whole nodes. Every end splits its span off
-        at its start, so a backup is that span: a re-sent prompt, which matches a page short of
-        its end, finds its window on the host."""
+        match or insert end at or below it and in the window its own lock covers (31 tokens), and
+        none for a node no end's span reaches. ``lazy`` keeps the cold chunks live, and upstream's
+        walk backs up each node of a write-through chain with one window of live SWA behind it, in
+        whole nodes. Every end splits its span off at its start and a chain backs up each of its
+        nodes, so an end's span goes to the host: a re-sent prompt, which matches a page short of
+        its end, finds its window there."""
         def backup(cache, span):
             spans = dict(self.nodes(cache))
             got = cache.components[ComponentType.SWA]._collect_unbacked_swa_nodes(spans[span])
@@ -375,9 +376,8 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         for cold in ((0, 31), (64, 95), (128, 159)):
             self.assertEqual(backup(cache, cold), [], cold)
         for start, end in ((31, 64), (95, 128), (159, 192)):  # two chunk ends and the leaf
-            self.assertEqual(backup(cache, (start + 2, end)), [(start, start + 2), (start + 2, end)])
-            # a chain backs up ancestors first: the end's own backup then stops at its pending
-            # parent, which takes its part of the span itself
+            # the end's lock covers its 31 tokens; the span's other 2 are the parent's own part
+            self.assertEqual(backup(cache, (start + 2, end)), [(start + 2, end)])
             self.assertEqual(backup(cache, (start, start + 2)), [(start, start + 2)])
         # a match ends at 100, inside [97,128): its span [67,100) starts inside [64,95)
         self.assertEqual(hit_at(cache, 100), 100)
