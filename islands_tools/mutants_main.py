@@ -130,6 +130,19 @@ MUTANTS = (
     ("the cache resolves auto as if every pool fitted", CACHE,
      "resolve_eviction(params.swa_islands_eviction, fits or not swa_tree,",
      "resolve_eviction(params.swa_islands_eviction, True,"),
+    ("host tier: a node no end's span reaches is backed up", COMP,
+     "        rest = min(self._host_backup_span - self._below_to_end(node), self.sliding_window_size)",
+     "        rest = self.sliding_window_size"),
+    ("host tier: a backup reads past its own lock", COMP,
+     "        rest = min(self._host_backup_span - self._below_to_end(node), self.sliding_window_size)",
+     "        rest = self._host_backup_span - self._below_to_end(node)"),
+    ("host tier: an end does not split its span off", COMP,
+     "            self._split_window_start(node, self._host_backup_span)\n", "            pass\n"),
+    ("host tier: an end's class covers the window only", COMP,
+     "        if self.tree_core is not None and self.tree_core.has_swa_host_pool:\n            return self._host_backup_span",
+     "        if False:\n            return self._host_backup_span"),
+    ("host tier: the backup span is the window", FORMULAS,
+     "    return _ceil_page(window, page_size) + page_size", "    return _ceil_page(window, page_size)"),
 )
 
 

@@ -373,6 +373,11 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         self.assertEqual([span for span, _ in self.nodes(cache)],
                          [(0, 31), (31, 33), (33, 64), (64, 95), (95, 97), (97, 128),
                           (128, 159), (159, 161), (161, 192)])
+        swa = cache.components[ComponentType.SWA]
+        spans = dict(self.nodes(cache))
+        # a span's extra page is classed with its end, so the device gives the span up as one
+        self.assertEqual([swa.eviction_class(spans[s]) for s in ((0, 31), (31, 33), (33, 64))],
+                         [COLD, RETENTION, RETENTION])
         for cold in ((0, 31), (64, 95), (128, 159)):
             self.assertEqual(backup(cache, cold), [], cold)
         for start, end in ((31, 64), (95, 128), (159, 192)):  # two chunk ends and the leaf
