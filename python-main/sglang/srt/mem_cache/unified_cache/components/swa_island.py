@@ -21,6 +21,7 @@ classes, the index and the locks, step by step: docs/MAIN_DESIGN.md, "The window
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import weakref
@@ -272,9 +273,10 @@ class SWAIslandComponent(SWAComponent):
 
     # ---- host backups ---------------------------------------------------------------------------
 
-    @property
+    @functools.cached_property
     def _host_backup_span(self) -> int:
-        """Tokens of SWA a host backup of an end takes behind it (``host_backup_tokens``)."""
+        """Tokens of SWA a host backup of an end takes behind it (``host_backup_tokens``); read
+        once the tree core is attached, constant after (the window and the page are)."""
         return host_backup_tokens(self.sliding_window_size + 1, self.tree_core.page_size)
 
     def _collect_unbacked_swa_nodes(self, node) -> list:
