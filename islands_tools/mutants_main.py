@@ -141,6 +141,11 @@ MUTANTS = (
     ("host tier: an end's class covers the window only", COMP,
      "        if self.tree_core is not None and self.tree_core.has_swa_host_pool:\n            return self._host_backup_span",
      "        if False:\n            return self._host_backup_span"),
+    ("host tier: a hit on the host leaves its window in tombstoning order", COMP,
+     "            self._refresh_host_window(node)\n", "            pass\n"),
+    ("host tier: a host hit refreshes the window without its extra page", COMP,
+     "                                                     self._host_backup_span, host_lru.in_list)",
+     "                                                     self.sliding_window_size, host_lru.in_list)"),
     ("host tier: the backup span is the window", FORMULAS,
      "    return _ceil_page(window, page_size) + page_size", "    return _ceil_page(window, page_size)"),
 )

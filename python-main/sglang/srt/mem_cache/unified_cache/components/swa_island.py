@@ -198,7 +198,18 @@ class SWAIslandComponent(SWAComponent):
         if self.tree_core.has_swa_host_pool:
             # before the insert's write-through walks the window: it backs up whole nodes
             self._split_window_start(node, self._host_backup_span)
+            self._refresh_host_window(node)
         self._settle_window(node, WINDOW if self._is_window_end(node) else RETENTION)
+
+    def _refresh_host_window(self, end) -> None:
+        """Move the host-only SWA of ``end``'s window (its span, :attr:`_host_backup_span`) to the
+        most recently used end of the host LRU list, as upstream's refresh moves the device SWA:
+        a hit on the host keeps its window there while its request waits (matched again at each
+        admission try), where upstream's host list keeps tombstoning order. Host-locked nodes are
+        not in the list and stay out. At most ``span / p`` node steps."""
+        host_lru = self.tree_core.host_lru_lists[self.component_type]
+        host_lru.reset_node_and_window_ancestors_mru(end, self.tree_core.root_node,
+                                                     self._host_backup_span, host_lru.in_list)
 
     def _settle_window(self, end, category: int) -> None:
         """Refile the live nodes in the window of the match end ``end`` (``end`` and its

@@ -19,9 +19,10 @@ The chunk ends 64 and 128 are retention points, 192 a leaf. Cold SWA: ``[0,33)``
 """
 
 import random
+import unittest
 from collections import defaultdict
 
-import unittest
+import torch
 
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 from sglang.srt.mem_cache.swa_island_formulas import COLD, RETENTION, WINDOW
@@ -399,6 +400,43 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         self.assertIn((64, 97), dict(self.nodes(cache)))
         self.assertIsNone(cache.components[ComponentType.SWA]._collect_unbacked_swa_nodes(
             dict(self.nodes(cache))[(97, 100)]) or None)
+
+    def test_a_hit_on_the_host_keeps_its_window_there_longest(self):
+        """With a host tier a match that ends at a window whose SWA is only on the host moves
+        that window to the most recently used end of the host LRU list, as upstream's refresh
+        does for live SWA on the device, so host eviction takes it last: a request waiting to
+        load it back (matched again at each admission try) still finds it. Upstream's host list
+        keeps the order in which the device gave the nodes up, and loses the hit. Each node gets
+        a host copy through upstream's own attach (host slots numbered by token; nothing is
+        transferred), then the device gives up all of its SWA."""
+        def host_hit_at_64(component):
+            cache = self.build(component, host_tier=True)
+            swa = cache.components[ComponentType.SWA]
+            for (start, end), node in self.nodes(cache):
+                swa._attach_swa_host_value(node, torch.arange(start, end))
+            self.evict_swa(cache, len(PROMPT))
+            cache.tree_core.set_hicache_enabled()  # the match takes host windows
+            self.assertEqual(match_prefix(cache, PROMPT[:64] + [7]).swa_host_hit_length, 31)
+            host_lru = cache.tree_core.host_lru_lists[ComponentType.SWA]
+            lru_first, node = [], host_lru.get_lru_no_host_lock()
+            while node is not None:
+                lru_first.append(node)
+                node = host_lru.get_prev_no_host_lock(node)
+            # host eviction of three windows and a token: the window at 64 is in the fourth
+            # node of upstream's list and the last two of the island list
+            spans = {node: span for span, node in self.nodes(cache)}
+            swa.drive_host_eviction(3 * 31 + 1, defaultdict(int), defaultdict(list),
+                                    defaultdict(list), [])
+            return ([spans[node] for node in lru_first],
+                    match_prefix(cache, PROMPT[:64] + [7]).swa_host_hit_length)
+
+        order, hit = host_hit_at_64(SWAComponent)
+        self.assertEqual(order, [(0, 33), (33, 64), (64, 97), (97, 128), (128, 161)])
+        self.assertEqual(hit, 0)
+        order, hit = host_hit_at_64(SWAIslandComponent)
+        self.assertEqual(order, [(0, 31), (64, 95), (128, 159), (97, 128), (95, 97), (159, 161),
+                                 (31, 33), (33, 64)])
+        self.assertEqual(hit, 31)
 
     def test_the_setting_picks_the_component_and_window_runs_on_the_python_core(self):
         for order, backend, component, core in (("lru", "rust", SWAComponent, "rust"),
