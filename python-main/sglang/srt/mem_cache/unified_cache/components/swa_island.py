@@ -8,7 +8,8 @@ retention windows, then upstream's walk over everything but queued hits' windows
 (:data:`MATCH_END_KEY`), the touches (:data:`TOUCH_KEY`), the per-class candidates and the queued
 hits (``swa_island_queue.QueuedHitIndex``); device SWA locks take one page-rounded window. With a
 HiCache host tier each match or insert end's window is split off at its start and is what a
-write-through backup takes of SWA (:meth:`SWAIslandComponent._collect_unbacked_swa_nodes`).
+write-through backup takes of SWA (:meth:`SWAIslandComponent._collect_unbacked_swa_nodes`), and an
+end's window on the host moves to the host LRU list's most recently used end.
 
 Invariants: while cold SWA remains, no window that ends a match point is tombstoned; every live,
 unlocked ``COLD`` node is a ``COLD`` candidate and every ``RETENTION`` one a candidate of either
