@@ -40,6 +40,7 @@ RENDERED = (
            "prefix_reuse_quick_main_hicache_gemma4",
            *(f"prefix_reuse_repeats_main_hicache{x}/r{k}"
              for x in ("", "_window", "_window_gemma4_cell") for k in (1, 2, 3)),
+           *(f"prefix_reuse_repeats_main_hicache_window_fanout_cell/r{k}" for k in (1, 2, 3, 4)),
            *(f"prefix_reuse_repeats_main_hicache_{x}/r{k}"
              for x in ("lean_device", "gemma4", "window_lean_device", "window_gemma4")
              for k in (1, 2)))
@@ -48,6 +49,7 @@ RENDERED = (
              "prefix_reuse_repeats_main_hicache_window_lean_device/summary",
              "prefix_reuse_repeats_main_hicache_window_gemma4/summary",
              "prefix_reuse_repeats_main_hicache_window_gemma4_cell/summary",
+             "prefix_reuse_repeats_main_hicache_window_fanout_cell/summary",
              "prefix_reuse_repeats_main_hicache_lean_device/summary",
              "prefix_reuse_repeats_main_hicache_gemma4/summary")
     + _cases("prefix_reuse.sim", "to_markdown", "prefix_reuse_sim", "prefix_reuse_sim_main",
