@@ -34,10 +34,12 @@ from islands_harness.ops import (
 )
 from islands_harness.server import (
     BASE_ARGS,
+    BOOT_ATTEMPTS,
     DEFAULT_LOG_DIR,
     HOST,
     REPO_ROOT,
     SglangServer,
+    bind_failed,
     process_tree_cpu_seconds,
     reserve_free_port,
 )
@@ -344,10 +346,17 @@ class BadStarts:
         self.stamp = time.strftime("%Y%m%d-%H%M%S")
 
     def _run(self, name: str) -> None:
+        """One refused launch; a launch whose log says a port it tried to bind was taken (sglang
+        picks its distributed-init port among the ephemeral ones, which a concurrent boot may
+        take first) is launched again on fresh ports, as ``SglangServer.start`` retries a boot."""
         model, extra = self.cases[name]
         try:
-            self.results[name] = _launch_expecting_failure(
-                model, extra, DEFAULT_LOG_DIR / f"ops-bad-{name}-{self.stamp}.log")
+            for attempt in range(1, BOOT_ATTEMPTS + 1):
+                result = _launch_expecting_failure(
+                    model, extra, DEFAULT_LOG_DIR / f"ops-bad-{name}-{self.stamp}-{attempt}.log")
+                if not bind_failed(result["log"]):
+                    break
+            self.results[name] = result
         except BaseException as e:
             self.results[name] = {"rc": None, "healthy": None, "alive": [], "log": repr(e)}
 
