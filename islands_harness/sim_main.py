@@ -2,7 +2,7 @@
 
 Runs only in a 0.5.23 environment (`.venv-main` for the stock arms, `.venv-main-islands` for the
 island arms). Follows ``Scheduler.event_loop_normal`` of 0.5.23 without overlap, speculative
-decoding, mixed chunks, priorities, LoRA, HiCache or disaggregation:
+decoding, mixed chunks, priorities, LoRA, L3 storage or disaggregation:
 
 - new and retracted requests join the waiting queue through the installed
   ``Scheduler._add_request_to_queue`` (with the islands series it tells the tree cache, patch
@@ -14,6 +14,11 @@ decoding, mixed chunks, priorities, LoRA, HiCache or disaggregation:
   request-row budget of ``get_num_allocatable_reqs``), ``ScheduleBatch.init_new`` and
   ``prepare_for_extend``; else ``update_running_batch`` (``check_decode_mem``,
   ``retract_decode``, ``prepare_for_decode``, which runs main's decode SWA evictor);
+- with ``--enable-hierarchical-cache`` in the args, HiCache's host tier as the server builds it
+  (``create_tree_cache`` -> ``init_hicache``: the controller and host pools; patches-main/0012
+  runs it on a CPU device pool): ``check_hicache_events`` at the start of each iteration (as
+  ``get_next_batch_to_run``), ``ready_to_load_host_cache`` before ``prepare_for_extend``, and the
+  load-backs ``PrefillAdder`` admits;
 - ``run_batch``: no model runs; only ``forward_iter`` is set;
 - ``process_batch_result_prefill`` / ``_decode`` (inside ``free_group_begin/end``): the token
   appended, ``update_finish_state``, ``release_kv_cache(checkpoint=True)`` on finish,
@@ -125,12 +130,24 @@ def build_main_stack(cfg: Optional[MainStackConfig] = None, **kw) -> MainStack:
         chunked_prefill_size=cfg.chunk, sliding_window_size=mc.sliding_window_size,
         tree_components=(ComponentType.FULL, ComponentType.SWA), **island,
     )
+    hicache = bool(memory.enable_hierarchical_cache)
     tree = create_tree_cache(TreeCacheBuildContext(
         server_args=sa, params=params, is_hybrid_swa=True, is_hybrid_ssm=False,
-        enable_hierarchical_cache=False, disable_radix_cache=False, tp_worker=None,
+        enable_hierarchical_cache=hicache, disable_radix_cache=False,
+        tp_worker=_NoModelWorker() if hicache else None,
         model_config=mc, tp_size=1, tp_rank=0, tp_group=None, full_tokens_per_layer=cfg.full_pool,
     ))
     return MainStack(cfg, sa, mc, req_to_token_pool, allocator, tree)
+
+
+class _NoModelWorker:
+    """The tp worker a host tier registers its per-layer load counter with; no forward waits on
+    it here (a load copies at submission on a CPU device pool, ``patches-main/0012``)."""
+
+    layer_transfer_counter = None
+
+    def register_hicache_layer_transfer_counter(self, counter) -> None:
+        self.layer_transfer_counter = counter
 
 
 class MainMiniScheduler(WaitingQueueGlue):
@@ -155,6 +172,7 @@ class MainMiniScheduler(WaitingQueueGlue):
         self.spec = SpeculativeAlgorithm.from_string(None)
         self.finished: List = []
         self.retractions = 0
+        self.hicache = getattr(self.tree, "cache_controller", None) is not None
 
     # ---- requests -------------------------------------------------------------------------
 
@@ -231,6 +249,8 @@ class MainMiniScheduler(WaitingQueueGlue):
                                        self.tree, self.s.model_config, False, self.spec,
                                        chunked_req=self.chunked_req)
         batch.contains_last_prefill_chunk = self.chunked_req is None or len(can_run) != 1
+        if self.hicache:
+            batch.hicache_consumer_index = self.tree.ready_to_load_host_cache()
         batch.prepare_for_extend()
         batch.decoding_reqs = None
         return batch
@@ -253,6 +273,8 @@ class MainMiniScheduler(WaitingQueueGlue):
     def step(self) -> Optional[str]:
         from sglang.srt.mem_cache.common import checkpoint_kv_cache
 
+        if self.hicache:  # get_next_batch_to_run's _process_hicache_events
+            self.tree.check_hicache_events()
         exclude = set()
         if self.chunked_req is not None:
             exclude.add(self.chunked_req)

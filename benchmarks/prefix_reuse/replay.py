@@ -148,7 +148,8 @@ def drive(sched, clients: List[Client], latency: int = 0) -> List[Dict[str, Any]
                 continue
             g, i, order = pending.pop(req.rid)
             rows.append({"order": list(order), "input_ids": list(req.origin_input_ids),
-                         "output_ids": list(req.output_ids), "cached_tokens": int(req.cached_tokens)})
+                         "output_ids": list(req.output_ids), "cached_tokens": int(req.cached_tokens),
+                         "host_cached_tokens": int(getattr(req, "cached_tokens_host", 0))})
             grp = groups[g]
             grp[1][i] = list(req.output_ids)
             grp[2] -= 1
@@ -177,14 +178,17 @@ def run_class(sched, cls: str, script: Any, latency: int = 0) -> List[Dict[str, 
 # ----------------------------------------------------------------------------- one cell
 
 
-def _scheduler(arm: str, shape: Shape, swa_pool: int, main_args: Optional[Sequence[str]]):
-    """The arm's stack and scheduler glue at ``swa_pool`` SWA tokens, in this interpreter:
-    0.5.23's booted with ``main_args`` (its server flags) when given, else 0.5.15's."""
+def _scheduler(arm: str, shape: Shape, swa_pool: int, main_args: Optional[Sequence[str]],
+               full_pool: Optional[int] = None):
+    """The arm's stack and scheduler glue at ``swa_pool`` SWA tokens and ``full_pool`` full ones
+    (None: the shape's), in this interpreter: 0.5.23's booted with ``main_args`` (its server
+    flags, a host tier's included) when given, else 0.5.15's."""
+    full_pool = full_pool or shape.max_total_tokens
     if main_args is not None:
         from islands_harness.sim_main import MainMiniScheduler, build_main_stack
 
         stack = build_main_stack(window=shape.window, page=shape.page, chunk=shape.chunk,
-                                 full_pool=shape.max_total_tokens, swa_pool=swa_pool,
+                                 full_pool=full_pool, swa_pool=swa_pool,
                                  max_reqs=shape.cap + 1, args=tuple(main_args))
         return MainMiniScheduler(stack, max_running=shape.cap, next_token=next_token)
     from islands_harness.sim import MiniScheduler
@@ -192,24 +196,28 @@ def _scheduler(arm: str, shape: Shape, swa_pool: int, main_args: Optional[Sequen
 
     a = SIM_ARMS[arm]
     stack = build_stack(window=shape.window, page=shape.page, chunk=shape.chunk,
-                        full_pool=shape.max_total_tokens, swa_pool=swa_pool, max_reqs=shape.cap + 1,
+                        full_pool=full_pool, swa_pool=swa_pool, max_reqs=shape.cap + 1,
                         islands=a["islands"], reclaim=a["reclaim"], ratio=0.5)
     return MiniScheduler(stack, max_running=shape.cap, next_token=next_token)
 
 
 def run_one(arm: str, shape: Shape, swa_pool: int, cls: str, script: Any, eviction_interval: int,
-            latency: int = 0, main: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+            latency: int = 0, main: Optional[Dict[str, Any]] = None,
+            full_pool: Optional[int] = None) -> Dict[str, Any]:
     """One (arm, pool, class) replay in this interpreter, which must hold the arm's sglang.
-    ``main``: a 0.5.23 arm's ``{"args": server flags, "env": environment}``."""
+    ``main``: a 0.5.23 arm's ``{"args": server flags, "env": environment}``; ``full_pool``: the
+    pool's full tokens where they are not the shape's (``lean-device``)."""
     from islands_harness.stack import env_overrides
 
     env = main["env"] if main is not None else SIM_ARMS[arm]["env"]
     with env_overrides({**env, "SGLANG_SWA_EVICTION_INTERVAL": str(eviction_interval)}):
-        sched = _scheduler(arm, shape, swa_pool, None if main is None else main["args"])
+        sched = _scheduler(arm, shape, swa_pool, None if main is None else main["args"],
+                           full_pool)
         rows = run_class(sched, cls, script, latency)
     exp = expected_shared_per_request(in_script_order(rows), shape.page)
     ordered = sorted(rows, key=lambda r: tuple(r["order"]))
     return {"cached_tokens": sum(r["cached_tokens"] for r in rows), "expected_shared_tokens": sum(exp),
+            "host_cached_tokens": sum(r["host_cached_tokens"] for r in rows),
             "prompt_tokens": sum(len(r["input_ids"]) for r in rows), "requests": len(rows),
             "retractions": sched.retractions,
             "rows": [{"order": r["order"], "prompt_tokens": len(r["input_ids"]),
@@ -222,6 +230,7 @@ Cell = Tuple[int, str, str, str]  # (seed, pool, arm, class)
 
 def run_cells(spec: Dict[str, Any]) -> Iterator[Tuple[Cell, Dict[str, Any]]]:
     """Each cell of ``spec`` (``cells``, ``shape``, ``preset``, ``classes``, ``swa_pools``,
+    ``full_pools`` (optional: a pool's full tokens where they are not the shape's),
     ``eviction_interval``, ``latency``; ``main``: the 0.5.23 arms' flags and environment by name)
     replayed in this interpreter, in order."""
     shape = Shape(**spec["shape"])
@@ -232,7 +241,8 @@ def run_cells(spec: Dict[str, Any]) -> Iterator[Tuple[Cell, Dict[str, Any]]]:
             scripts[seed] = build_scripts(wl, spec["classes"])
         yield (seed, pool, arm, cls), run_one(arm, shape, spec["swa_pools"][pool], cls,
                                               scripts[seed][cls], spec["eviction_interval"],
-                                              spec["latency"], spec.get("main", {}).get(arm))
+                                              spec["latency"], spec.get("main", {}).get(arm),
+                                              spec.get("full_pools", {}).get(pool))
 
 
 def worker(spec_json: str) -> int:

@@ -36,12 +36,12 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import _bench_path  # noqa: E402  (puts the repository root and benchmarks/ on sys.path)
 from admission import setup as admission_setup  # noqa: E402
 from prefix_reuse.arms import ARMS, CPU, MAIN_ARMS, comma_choice, pool_table  # noqa: E402
-from prefix_reuse.arms import DEFAULT_POOLS as POOLS  # noqa: E402  (the simulator models these)
+from prefix_reuse.arms import DEFAULT_POOLS, POOLS  # noqa: E402  (the simulator models these)
 from islands_harness.main_arm import main_islands_python, main_python  # noqa: E402
 from prefix_reuse.replay import (SIM_ARMS, Shape, _branch_conv, _turns, drive,  # noqa: E402,F401
                                  next_token, run_class)
@@ -60,9 +60,11 @@ ALL_ARMS = list(SIM_ARMS) + list(MAIN_ARMS)
 TARGET_ARMS = {
     "0.5.15": ("upstream", "upstream_knobs", "islands_eager", "islands", "islands_auto"),
     "main": ("islands", "main", "main_knobs", "main_islands", "main_islands_window"),
+    "main_hicache": ("main_hicache", "main_islands", "main_islands_hicache"),
 }
 """``--target``'s default arms; ``main`` also runs 0.5.15's ``islands``, the bar main's islands
-are held to."""
+are held to; ``main_hicache``: islands with HiCache's host tier against the better of the host
+tier alone and islands alone (issue 50)."""
 
 # ----------------------------------------------------------------------------- runs
 
@@ -85,11 +87,14 @@ def run_one(arm: str, swa_pool: int, cls: str, script: Any, eviction_interval: i
 
 
 def run_cells(arm: str, cells: List[replay.Cell], a, swa_pools: Dict[str, int],
-              evict: int) -> Iterator[Tuple[replay.Cell, Dict[str, Any]]]:
+              evict: int, full_pools: Optional[Dict[str, int]] = None
+              ) -> Iterator[Tuple[replay.Cell, Dict[str, Any]]]:
     """Each cell's result, replayed here or, for an arm of another sglang, by a worker
-    (``prefix_reuse/replay.py``) in its interpreter: one process per arm, a JSON line per cell."""
+    (``prefix_reuse/replay.py``) in its interpreter: one process per arm, a JSON line per cell.
+    ``full_pools``: a pool's full tokens where they are not the shape's (``lean-device``)."""
     spec = {"cells": cells, "shape": dataclasses.asdict(SHAPE), "preset": a.preset,
-            "classes": a.class_list, "swa_pools": swa_pools, "eviction_interval": evict,
+            "classes": a.class_list, "swa_pools": swa_pools, "full_pools": full_pools or {},
+            "eviction_interval": evict,
             "latency": a.latency_steps,
             "main": {arm: {"args": list(ARMS[arm]["args"]), "env": ARMS[arm]["env"]}}
             if arm in MAIN_ARMS else {}}
@@ -115,7 +120,7 @@ def _seeds(s: str) -> List[int]:
 
 
 def output_files(target: str) -> Dict[str, str]:
-    return OUTPUT_FILES if target == "0.5.15" else {k: v.replace("_sim.", "_sim_main.")
+    return OUTPUT_FILES if target == "0.5.15" else {k: v.replace("_sim.", f"_sim_{target}.")
                                                    for k, v in OUTPUT_FILES.items()}
 
 
@@ -135,7 +140,9 @@ def parse_args(argv=None):
                     help="workload sizes (prefix_reuse.py's presets; default quick)")
     ap.add_argument("--seeds", default="0-2", help="workload seeds, e.g. 0-4 or 0,3 (default 0-2)")
     ap.add_argument("--arms", default=None, help="comma list (default: the target's arms)")
-    ap.add_argument("--pools", default=",".join(POOLS), help="comma list (default all)")
+    ap.add_argument("--pools", default=",".join(DEFAULT_POOLS),
+                    help=f"comma list (default {','.join(DEFAULT_POOLS)}; lean-device: a quarter "
+                         "of the full pool, where a host tier's full-KV loads count)")
     ap.add_argument("--classes", default=",".join(CLASSES), help="comma list (default all)")
     ap.add_argument("--latency-steps", type=int, default=0,
                     help="scheduler steps between a client's finished group and its next group "
@@ -160,6 +167,8 @@ COMPARISONS = (
     ("main_islands_window", ("main", "main_knobs"), "better main arm"),
     ("main_islands", ("islands",), "0.5.15 islands"),
     ("main_islands_window", ("islands",), "0.5.15 islands"),
+    ("main_islands_hicache", ("main_hicache", "main_islands"),
+     "better of `main_hicache` and `main_islands`"),
 )
 
 
@@ -210,10 +219,15 @@ def to_markdown(result: Dict[str, Any]) -> str:
             "at both lean pools and `lru` at the ample one, and the reclaim that order defaults to"
             if result.get("main_islands_eviction") == "auto" else "") + "). "
          "Deterministic: a rerun gives the same numbers. Cells: cached tokens summed over the seeds "
-         "(share of what a cache that forgets nothing could hit).\n"]
+         "(share of what a cache that forgets nothing could hit)"
+         + ("; with a host tier (`main_hicache`, `main_islands_hicache`: HiCache's controller and "
+            "host pools, loads admitted by `PrefillAdder`), how many of them were loaded back from "
+            "the host" if "host_cached_tokens" in result else "") + ".\n"]
     arms = [a for a in ALL_ARMS if a in result["arms"]]
     for pool in result["pools"]:
-        L.append(f"## {pool} (SWA pool {result['swa_pools'][pool]:,} tokens)\n")
+        full = result.get("full_pools", {}).get(pool)
+        L.append(f"## {pool} (SWA pool {result['swa_pools'][pool]:,} tokens"
+                 + (f", full pool {full:,}" if full else "") + ")\n")
         L.append("| class | " + " | ".join(f"`{a}`" for a in arms) + " | expected |")
         L.append("|---|" + "---|" * (len(arms) + 1))
         for cls in result["classes"]:
@@ -226,7 +240,11 @@ def to_markdown(result: Dict[str, Any]) -> str:
                 exp = sum(r["expected_shared_tokens"])
                 c = sum(r["cached_tokens"])
                 retr = sum(r["retractions"])
-                cells.append(f"{c:,} ({c / exp:.3f})" + (f", {retr} retr." if retr else "") if exp else f"{c:,}")
+                hosted = sum(result.get("host_cached_tokens", {}).get(a, {}).get(pool, {})
+                             .get(cls, []))
+                cells.append((f"{c:,} ({c / exp:.3f})" + (f", {retr} retr." if retr else "")
+                              if exp else f"{c:,}")
+                             + (f", {hosted:,} from the host" if hosted else ""))
             L.append(f"| {cls} | " + " | ".join(cells) + f" | {exp:,} |" if exp is not None else "")
         L.append("")
     for cand, ref_name in dict.fromkeys((s["candidate"], s["reference"]) for s in result["summary"]):
@@ -252,6 +270,8 @@ def main(argv=None) -> int:
     mapping = admission_setup.plan_mapping()
     pools = pool_table(mapping)
     swa_pools = {p: pools[p]["swa_pool"] for p in a.pool_list}
+    full_pools = {p: pools[p]["max_total_tokens"] for p in a.pool_list
+                  if "max_total_tokens" in pools[p]}
     evict = mapping["cpu"]["eviction_interval"]
     t0 = time.monotonic()
     arms: Dict[str, Dict[str, Dict[str, Dict[str, List[int]]]]] = {}
@@ -262,14 +282,16 @@ def main(argv=None) -> int:
                     "cached_tokens": [], "expected_shared_tokens": [], "retractions": [],
                     "prompt_tokens": [], "requests": []}
     rows: Dict[str, List[Dict[str, Any]]] = {}
+    host: Dict[Tuple[str, str, str], List[int]] = {}  # per seed: tokens hit on the host tier
     n, total = 0, len(a.seed_list) * len(a.arm_list) * len(a.pool_list) * len(a.class_list)
     for arm in a.arm_list:
         cells = [(seed, pool, arm, cls) for seed in a.seed_list for pool in a.pool_list
                  for cls in a.class_list]
-        for (seed, pool, _, cls), r in run_cells(arm, cells, a, swa_pools, evict):
+        for (seed, pool, _, cls), r in run_cells(arm, cells, a, swa_pools, evict, full_pools):
             rec = arms[arm][pool][cls]
             for k in rec:
                 rec[k].append(r[k])
+            host.setdefault((arm, pool, cls), []).append(r.get("host_cached_tokens", 0))
             rows[f"{seed}/{pool}/{arm}/{cls}"] = r["rows"]
             n += 1
             print(f"[prefix_reuse_sim {n}/{total}] seed {seed} {pool} {arm} {cls}: cached "
@@ -282,6 +304,12 @@ def main(argv=None) -> int:
               "target": a.target, "preset": a.preset, "latency_steps": a.latency_steps,
               "seeds": a.seed_list, "pools": a.pool_list, "classes": a.class_list,
               "swa_pools": swa_pools, "runtime_s": round(time.monotonic() - t0, 1), "arms": arms}
+    if full_pools:
+        result["full_pools"] = full_pools
+    if any(ARMS[x].get("hicache") for x in a.arm_list):
+        result["host_cached_tokens"] = {
+            arm: {pool: {cls: host[(arm, pool, cls)] for cls in a.class_list}
+                  for pool in a.pool_list} for arm in a.arm_list if ARMS[arm].get("hicache")}
     if "main_islands" in arms:
         result["main_islands_eviction"] = EVICTION_ORDERS[0]  # the default it ran with
     result["summary"] = summarize(result)

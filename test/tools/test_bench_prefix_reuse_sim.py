@@ -126,6 +126,29 @@ def test_main_arms_replay_in_their_own_sglang():
     assert _main_cells(["main"]) == {"main": r["main"]}
 
 
+def test_a_host_tier_replays_with_hicache_s_controller_and_loads_back_what_the_device_lost():
+    """The host-tier arms replay with HiCache's own controller and host pools (write-through,
+    loads admitted by ``PrefillAdder``). Smoke fan-out with a 1,024-token full pool (each
+    600-token document is pushed off the device by the next): without a host tier no question
+    hits its document; with one, every hit is loaded back from the host, with islands or
+    without. Edited transcripts: islands with the host tier hit at least the better of the host
+    tier alone and islands alone."""
+    a = sim.parse_args(["--preset", "smoke", "--classes", "fanout,branch_edit"])
+    arms = ("main", "main_hicache", "main_islands", "main_islands_hicache")
+    cells = {arm: dict(sim.run_cells(arm, [(0, "tiny", arm, c) for c in a.class_list], a,
+                                     {"tiny": 600}, 34, {"tiny": 1024}))
+             for arm in arms}
+    fan = {arm: r[(0, "tiny", arm, "fanout")] for arm, r in cells.items()}
+    edit = {arm: r[(0, "tiny", arm, "branch_edit")] for arm, r in cells.items()}
+    assert fan["main"]["cached_tokens"] == fan["main_islands"]["cached_tokens"] == 0
+    for arm in ("main_hicache", "main_islands_hicache"):
+        assert fan[arm]["cached_tokens"] == fan[arm]["host_cached_tokens"] > 0, (arm, fan[arm])
+    for arm in ("main", "main_islands"):
+        assert fan[arm]["host_cached_tokens"] == edit[arm]["host_cached_tokens"] == 0
+    assert edit["main_islands_hicache"]["cached_tokens"] >= max(
+        edit["main_hicache"]["cached_tokens"], edit["main_islands"]["cached_tokens"]), edit
+
+
 def test_patched_main_with_the_flag_off_replays_as_stock_main():
     """The `main` arm's replay in .venv-main-islands (series applied, flag off) equals the one in
     .venv-main (stock): same cached tokens and retractions, cell by cell."""
