@@ -88,7 +88,8 @@ def test_summary_counts_seeds_where_islands_is_at_least_as_good():
 @pytest.mark.parametrize("name", ["prefix_reuse_sim.json", "prefix_reuse_sim_main.json",
                                   "prefix_reuse_sim_main_latency2.json",
                                   "prefix_reuse_sim_main_24seeds.json",
-                                  "prefix_reuse_sim_main_24seeds_latency2.json"])
+                                  "prefix_reuse_sim_main_24seeds_latency2.json",
+                                  "prefix_reuse_sim_main_hicache.json"])
 def test_committed_result_matches_its_summary(name):
     path = os.path.join(_ROOT, "benchmarks", "results", name)
     assert os.path.exists(path), f"benchmarks/results/{name} is missing"
