@@ -11,8 +11,11 @@ the Python tree core; each match or insert end backs up its own window) and `mai
 
 One boot per arm and write policy, each policy on the other host layout so that the boots cover
 every op 0012 adds: `write_through` on `page_first` (`page_first_direct`), `write_back` on
-`layer_first`. Tiny hybrid-SWA model (window 32), page 1, chunk 64, a 1024-token full device pool,
-a 512-token SWA pool, a host pool of twice that. The workload, in order:
+`layer_first`. Every boot holds its transfers back (`HICACHE_COPY_DELAY_ENV`, 0012's test knob):
+each ack is seen at its 4th poll and each backup copies the device pool only then, as a GPU's
+asynchronous copy may, so the requests below land while backups and loads are pending and a
+free under a pending backup reaches the host copy. Tiny hybrid-SWA model (window 32), page 1, chunk 64, a 1024-token full device pool,
+a 512-token SWA pool, a host pool of 4 times that. The workload, in order:
 - A (300 tokens), four 400-token fillers that push A out of the device pool, A again (its hit is
   all host: 299), A extended (hits A's prompt on the device, where the load put it), A's first
   150 tokens + 20 new ones (no window ends at 150: islands' patch 0015 reports the SWA cut, the
@@ -22,7 +25,7 @@ a 512-token SWA pool, a host pool of twice that. The workload, in order:
   prompt + B's first 120 output tokens + 10 new ones: islands wrote a window through at every
   island, so C hits B's output from the host tier; stock main wrote B's output window only at
   its end, and C's match stops where SWA ends;
-- a 1,000-token prompt aborted mid-prefill (backups of its chunks in flight), a flush, a tick:
+- a 1,000-token prompt aborted mid-prefill (backups of its chunks pending), a flush, a tick:
   both device pools and the host tier back at baseline.
 """
 
@@ -39,7 +42,7 @@ import pytest
 
 from islands_harness.client import GenerateResult, Metrics, StreamingRequest, fetch_metrics
 from islands_harness.conversations import flush_cache_when_idle
-from islands_harness.main_arm import MAIN_ISLANDS_PYTHON
+from islands_harness.main_arm import HICACHE_COPY_DELAY_ENV, MAIN_ISLANDS_PYTHON
 from islands_harness.server import REPO_ROOT, SglangServer, drop_benign_warnings
 from islands_tools import swa_cut
 
@@ -69,6 +72,12 @@ SERVER_ARGS = [
     "--enable-metrics",
     "--enable-hierarchical-cache",
     "--hicache-io-backend", "direct",
+    # a host pool that holds the workload's windows, so that C's hit shows what each arm wrote
+    # through rather than the host's LRU order: at the default 2 with held transfers (pending
+    # backups lock their nodes, so the device gives windows up in another order), islands'
+    # 10 overlapping decode-island windows of B (every 16 tokens, window 32) lost their oldest
+    # nodes to the fillers' backups and C hit 0 where stock main kept B's prompt end (100)
+    "--hicache-ratio", "4",
 ]
 # write policy -> host layout: together every op the patch adds
 POLICIES = {"write_through": "page_first", "write_back": "layer_first"}
@@ -178,7 +187,7 @@ class Runs:
                 "--hicache-mem-layout", layout]
         t0 = time.monotonic()
         srv = SglangServer(self.model, args, python=str(python), omp_threads=1,
-                           boot_timeout_s=300)
+                           boot_timeout_s=300, env=HICACHE_COPY_DELAY_ENV)
         with srv:
             done = {name: (ids, srv.generate(ids, max_new_tokens=n))
                     for name, ids, n in first_workload()}

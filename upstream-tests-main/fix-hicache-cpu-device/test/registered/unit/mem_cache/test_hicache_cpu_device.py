@@ -1,7 +1,8 @@
 """HiCache on a CPU device pool (the CPU engine, --enable-hierarchical-cache with
 --hicache-io-backend direct): the host pool is allocated without CUDA host registration, the
-direct io backend's copies exist on CPU and move what they should, and a failed transfer raises
-its own error."""
+direct io backend's copies exist on CPU and move what they should, a failed transfer raises
+its own error, and SGLANG_TEST_HICACHE_CPU_COPY_DELAY_POLLS holds a backup's copy back until its
+ack could be seen."""
 
 import unittest
 from types import SimpleNamespace
@@ -129,6 +130,57 @@ class TestHiCacheCpuDevice(CustomTestCase):
         )
         with self.assertRaisesRegex(RuntimeError, "host pool refused the transfer"):
             engine.submit_device_to_host([transfer])
+
+    def test_a_held_back_backup_reads_the_device_when_its_ack_is_seen(self):
+        from sglang.srt.environ import envs
+        from sglang.srt.mem_cache.l2_transfer import (
+            L2Transfer,
+            L2TransferEngine,
+            PendingCpuCopies,
+        )
+        from sglang.srt.mem_cache.pool_host import mha
+
+        device = device_layers(8, 3)
+        host = [torch.zeros(8, HEADS, DIM) for _ in range(LAYERS)]
+
+        def backup(device_pool, host_indices, device_indices, io_backend):
+            mha.transfer_kv_direct(device, host, device_indices, host_indices, 1)
+
+        host_pool = SimpleNamespace(
+            prepare_transfer_indices=lambda h, d, io: (h, d),
+            backup_from_device_all_layer_physical=backup,
+        )
+        transfer = L2Transfer(
+            host_pool=host_pool,
+            device_pool=SimpleNamespace(),
+            host_indices=torch.tensor([0, 1]),
+            device_indices=torch.tensor([5, 6]),
+        )
+        engine = L2TransferEngine("direct")
+
+        done = engine.submit_device_to_host([transfer]).finish_event
+        self.assertNotIsInstance(done, PendingCpuCopies)  # off by default: copied
+        torch.testing.assert_close(host[0][[0, 1]], device[0][[5, 6]])
+
+        with envs.SGLANG_TEST_HICACHE_CPU_COPY_DELAY_POLLS.override(3):
+            for host_layer in host:
+                host_layer.zero_()
+            done = engine.submit_device_to_host([transfer]).finish_event
+            self.assertEqual(int(host[0].abs().sum()), 0)
+            # slot 6 freed and written again while the backup is pending
+            device[0][6] = 7.0
+            self.assertEqual([done.query(), done.query()], [False, False])
+            self.assertEqual(int(host[0].abs().sum()), 0)
+            self.assertTrue(done.query())
+            torch.testing.assert_close(host[0][1], torch.full((HEADS, DIM), 7.0))
+            torch.testing.assert_close(host[2][[0, 1]], device[2][[5, 6]])
+
+            for host_layer in host:
+                host_layer.zero_()
+            done = engine.submit_device_to_host([transfer]).finish_event
+            done.synchronize()
+            torch.testing.assert_close(host[1][[0, 1]], device[1][[5, 6]])
+            self.assertTrue(done.query())
 
 
 if __name__ == "__main__":
