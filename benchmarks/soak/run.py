@@ -14,8 +14,8 @@ import _bench_path  # noqa: F401  (the repository root and benchmarks/ on sys.pa
 from islands_harness.ops import flush_ok, mval, pool_snapshot, scrape, wait_idle
 from islands_harness.server import SglangServer, drop_benign_warnings, process_tree_cpu_seconds
 from soak.report import is_near_tie
-from soak.setup import (HOST_USED, LOAD_BACK, REQUEST_TIMEOUT_S, RETRACTED, SERVER_ENV, TRACEBACK,
-                        SoakConfig, server_command)
+from soak.setup import (HOST_USED, LOAD_BACK, REQUEST_TIMEOUT_S, RETRACTED, TRACEBACK,
+                        SoakConfig, server_command, server_env)
 from soak.workload import Client, Traffic, malformed_payloads
 
 
@@ -31,7 +31,7 @@ class Soak:
                  log_path: pathlib.Path, progress: Callable[[str], None]):
         self.cfg, self.model_dir, self.progress = cfg, model_dir, progress
         args, python = server_command(cfg)
-        self.srv = SglangServer(model_dir, args, env=SERVER_ENV, log_path=log_path,
+        self.srv = SglangServer(model_dir, args, env=server_env(cfg), log_path=log_path,
                                 boot_timeout_s=cfg.boot_timeout_s, sample_rss=True,
                                 python=python)
         self.traffic = Traffic(real_vocab, cfg.seed)
@@ -173,7 +173,7 @@ class Soak:
             self.failures.append("--hicache: no token was loaded back from the host tier")
         return {
             "config": dataclasses.asdict(self.cfg), "server_args": self.srv.extra_args,
-            "server_env": SERVER_ENV, "wall_s": round(wall_s, 1), "alive": alive,
+            "server_env": self.srv.extra_env, "wall_s": round(wall_s, 1), "alive": alive,
             "requests": counts, "aborted_before_finishing": aborted,
             "outputs_checked": checked, "abort_prefixes_checked": prefixes,
             "mismatches": mismatches[:20], "mismatch_count": len(mismatches),

@@ -42,6 +42,7 @@ class SoakConfig:
     target: str = "0.5.15"
     eviction: Optional[str] = None  # main only: --swa-islands-eviction
     hicache: bool = False  # main only: HiCache's host tier (HICACHE_ARGS)
+    held_copies: bool = True  # with hicache: transfers pending for a few polls (server_env)
     boot_timeout_s: float = 900.0
 
 
@@ -65,6 +66,16 @@ def server_command(cfg: SoakConfig) -> tuple[list[str], Optional[str]]:
     from islands_harness.main_arm import main_islands_python, main_python
 
     return args, main_islands_python() if cfg.islands else main_python()
+
+
+def server_env(cfg: SoakConfig) -> dict[str, str]:
+    """The soak server's environment: with the host tier, its transfers held back
+    (``HICACHE_COPY_DELAY_ENV``) unless ``cfg.held_copies`` is off."""
+    if not (cfg.hicache and cfg.held_copies):
+        return dict(SERVER_ENV)
+    from islands_harness.main_arm import HICACHE_COPY_DELAY_ENV
+
+    return {**SERVER_ENV, **HICACHE_COPY_DELAY_ENV}
 
 
 QUICK = dict(minutes=1.5, idle_every_s=30.0)

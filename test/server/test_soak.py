@@ -88,7 +88,7 @@ def test_the_checks_catch_a_wrong_output_a_wrong_status_and_a_leak():
     s.traffic = soak_workload.Traffic(500, 0)
     s.idle_points = [{"rss_mib": 100.0, "pools_at_baseline": True, "retractions": 0.0},
                      {"rss_mib": 300.0, "pools_at_baseline": False, "retractions": 0.0}]
-    s.srv = type("S", (), {"extra_args": [], "peak_rss_bytes": 0})()
+    s.srv = type("S", (), {"extra_args": [], "extra_env": {}, "peak_rss_bytes": 0})()
     for o in (soak_workload.Outcome("turn", ids, 8, 200, good, "length"),
               soak_workload.Outcome("edit", ids, 8, 200, good[:7] + [good[7] + 1], "length"),
               soak_workload.Outcome("abort", ids, 8, 200, good[:3], "abort"),
@@ -119,6 +119,18 @@ def test_the_checks_catch_a_wrong_output_a_wrong_status_and_a_leak():
                    "RSS grew from 100.0 to 300.0"):
         assert needle in text, (needle, rep["failures"])
     assert rep["leaks"] == 1 and not rep["passed"]
+
+
+def test_the_host_tier_soak_holds_its_transfers_back_unless_told_not_to():
+    """With --hicache the server runs 0012's test knob (its acks pending a few polls, its
+    backups copying only then); --copies-at-submission or no host tier: the plain environment."""
+    from islands_harness.main_arm import HICACHE_COPY_DELAY_ENV
+
+    cfg = soak_setup.SoakConfig(target="main", hicache=True)
+    assert soak_setup.server_env(cfg) == {**soak_setup.SERVER_ENV, **HICACHE_COPY_DELAY_ENV}
+    for plain in (soak_setup.SoakConfig(target="main", hicache=True, held_copies=False),
+                  soak_setup.SoakConfig(target="main")):
+        assert soak_setup.server_env(plain) == soak_setup.SERVER_ENV
 
 
 def test_the_markdown_takes_target_date_command_and_notes_from_the_report(tmp_path):
