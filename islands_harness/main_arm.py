@@ -33,8 +33,8 @@ HICACHE_COPY_DELAY_ENV = {"SGLANG_TEST_HICACHE_CPU_COPY_DELAY_POLLS": str(HICACH
 """``patches-main/0012``'s test knob for HiCache on the CPU harness: each transfer's ack is seen
 at its 4th poll, and a backup's copy reads the device pool only then, as a GPU's asynchronous
 copy may. So an abort, a retraction or a free lands while a backup or a load is pending, and a
-free of a slot that a pending backup reads reaches the host copy (the server tests and the soak
-with a host tier run with it)."""
+free of a slot that a pending backup reads reaches the host copy (the HiCache server tests run
+with it; the soak with ``--held-copies``)."""
 
 
 def main_python() -> str:

@@ -89,18 +89,17 @@ def main(argv=None) -> int:
                     help="main: with HiCache's host tier; hits on what the small device pool "
                          "evicted load back from the host, and the checks cover the host tier "
                          "(its usage back at baseline after each flush, host loads seen)")
-    ap.add_argument("--copies-at-submission", action="store_true",
-                    help="--hicache: copy at submission (the CPU default) instead of holding "
-                         "each transfer pending for a few polls and each backup's copy until "
-                         "then, as a GPU's asynchronous copies may (SGLANG_TEST_HICACHE_CPU_"
-                         "COPY_DELAY_POLLS, patches-main/0012)")
+    ap.add_argument("--held-copies", type=int, default=0, metavar="POLLS",
+                    help="--hicache: hold each transfer pending for POLLS polls and each backup's "
+                         "copy until then, as a GPU's asynchronous copies may (SGLANG_TEST_HICACHE_"
+                         "CPU_COPY_DELAY_POLLS, patches-main/0012; default 0: done at submission)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="report (default .work/soak/<stamp>.json)")
     ap.add_argument("--md", default=None, help="markdown report (default next to the JSON)")
     a = ap.parse_args(argv)
     cfg = SoakConfig(clients=a.clients, seed=a.seed, islands=a.islands == "on", target=a.target,
                      eviction=a.eviction, hicache=a.hicache,
-                     held_copies=not a.copies_at_submission)
+                     held_copies=a.held_copies)
     server_command(cfg)  # a bad combination or a missing venv fails before the model is built
     if a.quick:
         cfg = dataclasses.replace(cfg, **QUICK)

@@ -42,7 +42,7 @@ class SoakConfig:
     target: str = "0.5.15"
     eviction: Optional[str] = None  # main only: --swa-islands-eviction
     hicache: bool = False  # main only: HiCache's host tier (HICACHE_ARGS)
-    held_copies: bool = True  # with hicache: transfers pending for a few polls (server_env)
+    held_copies: int = 0  # with hicache: polls each transfer stays pending (0: done at once)
     boot_timeout_s: float = 900.0
 
 
@@ -69,13 +69,14 @@ def server_command(cfg: SoakConfig) -> tuple[list[str], Optional[str]]:
 
 
 def server_env(cfg: SoakConfig) -> dict[str, str]:
-    """The soak server's environment: with the host tier, its transfers held back
-    (``HICACHE_COPY_DELAY_ENV``) unless ``cfg.held_copies`` is off."""
-    if not (cfg.hicache and cfg.held_copies):
+    """The soak server's environment: with the host tier and ``cfg.held_copies`` polls, each
+    transfer held pending that long (``patches-main/0012``'s test knob)."""
+    if not (cfg.hicache and cfg.held_copies > 0):
         return dict(SERVER_ENV)
     from islands_harness.main_arm import HICACHE_COPY_DELAY_ENV
 
-    return {**SERVER_ENV, **HICACHE_COPY_DELAY_ENV}
+    (knob,) = HICACHE_COPY_DELAY_ENV
+    return {**SERVER_ENV, knob: str(cfg.held_copies)}
 
 
 QUICK = dict(minutes=1.5, idle_every_s=30.0)
