@@ -42,8 +42,9 @@ RENDERED = (
              for x in ("", "_window", "_window_gemma4_cell") for k in (1, 2, 3)),
            *(f"prefix_reuse_repeats_main_hicache_window_fanout_cell/r{k}" for k in (1, 2, 3, 4)),
            *(f"prefix_reuse_repeats_main_hicache_{x}/r{k}"
-             for x in ("lean_device", "gemma4", "window_lean_device", "window_gemma4")
-             for k in (1, 2)))
+             for x in ("lean_device", "gemma4", "window_lean_device")
+             for k in (1, 2)),
+           *(f"prefix_reuse_repeats_main_hicache_window_gemma4/r{k}" for k in range(1, 6)))
     + _cases("prefix_reuse.repeats", "to_markdown", "prefix_reuse_repeats_main_hicache/summary",
              "prefix_reuse_repeats_main_hicache_window/summary",
              "prefix_reuse_repeats_main_hicache_window_lean_device/summary",
@@ -54,7 +55,7 @@ RENDERED = (
              "prefix_reuse_repeats_main_hicache_gemma4/summary")
     + _cases("prefix_reuse.sim", "to_markdown", "prefix_reuse_sim", "prefix_reuse_sim_main",
              "prefix_reuse_sim_main_latency2", "prefix_reuse_sim_main_24seeds",
-             "prefix_reuse_sim_main_24seeds_latency2")
+             "prefix_reuse_sim_main_24seeds_latency2", "prefix_reuse_sim_main_hicache")
     + _cases("admission.report", "to_markdown",
              "admission", "admission_agent_while_running", "admission_quick",
              "admission_quick_main", "admission_quick_main_auto", "admission_quick_main_gemma4")
