@@ -28,8 +28,9 @@ MAIN_RELEASE_PREFILL_ENV = {"SGLANG_OPT_RELEASE_PREFILL_SWA": "1"}
 """Main's release of the prompt's SWA leaf lock once decode moved a window past it (default off)."""
 MAIN_KNOBS_ENV = {**MAIN_FREE_OFF_ENV, **MAIN_RELEASE_PREFILL_ENV}
 """Both knobs together: the ``main_knobs`` arm (issue 27 item 2)."""
+HICACHE_COPY_DELAY_KNOB = "SGLANG_TEST_HICACHE_CPU_COPY_DELAY_POLLS"
 HICACHE_COPY_DELAY_POLLS = 4
-HICACHE_COPY_DELAY_ENV = {"SGLANG_TEST_HICACHE_CPU_COPY_DELAY_POLLS": str(HICACHE_COPY_DELAY_POLLS)}
+HICACHE_COPY_DELAY_ENV = {HICACHE_COPY_DELAY_KNOB: str(HICACHE_COPY_DELAY_POLLS)}
 """``patches-main/0012``'s test knob for HiCache on the CPU harness: each transfer's ack is seen
 at its 4th poll, and a backup's copy reads the device pool only then, as a GPU's asynchronous
 copy may. So an abort, a retraction or a free lands while a backup or a load is pending, and a

@@ -73,10 +73,9 @@ def server_env(cfg: SoakConfig) -> dict[str, str]:
     transfer held pending that long (``patches-main/0012``'s test knob)."""
     if not (cfg.hicache and cfg.held_copies > 0):
         return dict(SERVER_ENV)
-    from islands_harness.main_arm import HICACHE_COPY_DELAY_ENV
+    from islands_harness.main_arm import HICACHE_COPY_DELAY_KNOB
 
-    (knob,) = HICACHE_COPY_DELAY_ENV
-    return {**SERVER_ENV, knob: str(cfg.held_copies)}
+    return {**SERVER_ENV, HICACHE_COPY_DELAY_KNOB: str(cfg.held_copies)}
 
 
 QUICK = dict(minutes=1.5, idle_every_s=30.0)

@@ -124,9 +124,10 @@ def test_the_checks_catch_a_wrong_output_a_wrong_status_and_a_leak():
 def test_the_host_tier_soak_holds_its_transfers_back_when_told_to():
     """--hicache --held-copies N: the server runs 0012's test knob at N polls (its acks pending,
     its backups copying only then); 0, or no host tier: the plain environment."""
+    from islands_harness.main_arm import HICACHE_COPY_DELAY_KNOB
+
     cfg = soak_setup.SoakConfig(target="main", hicache=True, held_copies=2)
-    assert soak_setup.server_env(cfg) == {**soak_setup.SERVER_ENV,
-                                          "SGLANG_TEST_HICACHE_CPU_COPY_DELAY_POLLS": "2"}
+    assert soak_setup.server_env(cfg) == {**soak_setup.SERVER_ENV, HICACHE_COPY_DELAY_KNOB: "2"}
     for plain in (soak_setup.SoakConfig(target="main", hicache=True),
                   soak_setup.SoakConfig(target="main", held_copies=2)):
         assert soak_setup.server_env(plain) == soak_setup.SERVER_ENV
