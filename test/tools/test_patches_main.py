@@ -38,7 +38,9 @@ FIXES = {"fix-input-ids-vocab": "0002-tokenizer-manager-refuse-input-ids-outside
          "fix-hicache-cpu-device": "0012-harness-only-hicache-on-a-cpu-device-pool.patch",
          "fix-gemma4-router-norm-native":
              "0014-layernorm-gemma4rmsnorm-native-path-applies-a-folded-sc.patch",
-         "fix-torch-native-attention-sinks": "0013-harness-only-torch-native-attention-sinks.patch"}
+         "fix-torch-native-attention-sinks": "0013-harness-only-torch-native-attention-sinks.patch",
+         "fix-torch-native-target-verify":
+             "0016-harness-only-torch-native-speculative-target-verify.patch"}
 
 
 import islands_tools.patches.main_target as PM  # noqa: E402  (what scripts/patches_main.py runs)

@@ -13,9 +13,9 @@ What it provides, by name, nothing more (an import of any other name fails loudl
   computing what the CPU kernels compute (the Triton kernels ``copy_all_layer_kv_cache_tiled`` and
   ``assign_req_to_token_pool`` in the same sglang modules are the reference semantics); tested in
   ``test/tools/test_main_compat.py``.
-- the speculative-decoding CPU kernels that are imported at module load but only run under
-  speculative decoding, which the harness never enables on ``.venv-main``: placeholders that raise
-  ``NotImplementedError`` naming the kernel if they are ever called.
+- the speculative-decoding CPU kernels (``sgl_kernel.speculative``, re-exported here under the
+  names sglang imports): pure-torch versions of the Triton kernels in sglang's
+  ``kernels/ops/speculative``, the NGRAM, EAGLE and frozen-KV MTP paths' (issue 58).
 
 It registers no ``torch.ops.sgl_kernel`` operator, so sglang's ``cpu_has_amx_support()`` (which
 probes ``torch.ops.sgl_kernel.convert_weight_packed``) stays False and the AMX paths stay off.
@@ -92,17 +92,18 @@ def assign_req_to_token_pool_cpu(
         pt += n
 
 
-def _unavailable(name: str):
-    def kernel(*args, **kwargs):
-        raise NotImplementedError(
-            f"sgl_kernel.{name}: not provided by the islands harness CPU stand-in "
-            f"(islands_harness/main_compat); it only runs under speculative decoding")
-    kernel.__name__ = name
-    kernel.__qualname__ = name
-    return kernel
+# The speculative-decoding CPU kernels (issue 58): pure-torch versions in ``speculative``, which
+# is also the ``sgl_kernel.speculative`` module ``reconstruct_tree.py`` imports on CPU.
+from .speculative import (  # noqa: E402
+    assign_draft_cache_locs_contiguous_cpu,
+    assign_extend_cache_locs_cpu,
+    build_tree_kernel_efficient_cpu,
+    fill_accept_out_cache_loc_cpu,
+    fill_bonus_tokens_cpu,
+    verify_tree_greedy_cpu,
+)
 
-
-_SPECULATIVE_ONLY = (
+SPECULATIVE = (
     "build_tree_kernel_efficient_cpu",
     "verify_tree_greedy_cpu",
     "assign_draft_cache_locs_contiguous_cpu",
@@ -110,6 +111,3 @@ _SPECULATIVE_ONLY = (
     "fill_accept_out_cache_loc_cpu",
     "fill_bonus_tokens_cpu",
 )
-for _name in _SPECULATIVE_ONLY:
-    globals()[_name] = _unavailable(_name)
-del _name
