@@ -10,18 +10,15 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Optional, Protocol
 
 import requests
 
 import _bench_path  # noqa: F401  (the repository root and benchmarks/ on sys.path)
 from islands_harness.client import StreamingRequest, generate_body
 from islands_harness.ops import flush, kill_connection, open_request, read_events
-from islands_harness.server import ServerError
+from islands_harness.server import ServerError, SglangServer
 from soak.setup import CONTEXT, REQUEST_TIMEOUT_S
-
-if TYPE_CHECKING:
-    from soak.run import Soak
 
 ACTIONS = {  # action: weight
     "fanout": 20, "turn": 20, "edit": 10, "long": 8, "stream": 8, "disconnect": 10,
@@ -88,10 +85,20 @@ def malformed_payloads(vocab: int) -> list[tuple[str, dict]]:
     ]
 
 
+class SoakState(Protocol):
+    """What a client reads of the running soak (`soak.run.Soak` is one): its configuration (the
+    seed), server, traffic record and malformed payloads."""
+
+    cfg: Any
+    srv: SglangServer
+    traffic: Traffic
+    malformed: list[tuple[str, dict]]
+
+
 class Client:
     """One client thread: draws actions until `stop` is set, waits while `pause` is set."""
 
-    def __init__(self, soak: "Soak", index: int):
+    def __init__(self, soak: SoakState, index: int):
         self.soak, self.index = soak, index
         self.rng = random.Random(f"{soak.cfg.seed}-client-{index}")
         self.conversation: list[int] = []

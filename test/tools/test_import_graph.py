@@ -2,9 +2,9 @@
 
 The graph is read with ``ast``, not by importing: an edge is every ``import`` / ``from ...
 import`` of one of our modules, at module level or inside a function (a function-level import
-hides a circle, it does not break it); imports under ``if TYPE_CHECKING:`` are not edges (they
-never run). ``from a.b import c`` is an edge to ``a.b.c`` when that is one of our modules, else to
-``a.b``. Upstream modules are not nodes: only ours can close a circle we own.
+hides a circle, it does not break it), and so is one under ``if TYPE_CHECKING:`` (it never runs,
+but a reader follows it all the same; issue 59). ``from a.b import c`` is an edge to ``a.b.c``
+when that is one of our modules, else to ``a.b``. Upstream modules are not nodes: only ours can close a circle we own.
 
 Two graphs, one per target, since both install modules under the same ``sglang.*`` names:
 - 0.5.15.post1: ``python/sglang/...`` with the harness, the tools, the benchmarks and the scripts;
@@ -31,22 +31,15 @@ def _module_name(path: Path, base: Path) -> str:
     return ".".join(parts)
 
 
-def _under_type_checking(test: ast.expr) -> bool:
-    return ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
-
-
 def _imports(tree: ast.AST) -> Iterable[ast.stmt]:
-    """Every import statement that can run: all of them but those under ``if TYPE_CHECKING:``
-    (its ``else:`` branch runs, so it counts)."""
+    """Every import statement, those under ``if TYPE_CHECKING:`` included: a reviewer reads a
+    type-only import back as a circle too (issue 59), so a module names what it needs of another
+    with a ``Protocol`` instead."""
     stack = [tree]
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-            continue
-        if isinstance(node, ast.If) and _under_type_checking(node.test):
-            stack.extend(node.orelse)
             continue
         stack.extend(ast.iter_child_nodes(node))
 
@@ -216,14 +209,14 @@ def test_a_function_level_import_closes_a_circle(tmp_path):
     assert g.cycles() == [["pkg.cache", "pkg.guard", "pkg.cache"]]
 
 
-def test_a_type_checking_import_is_not_an_edge(tmp_path):
+def test_a_type_checking_import_is_an_edge_too(tmp_path):
     g = _graph_of(tmp_path, {
         "pkg/__init__.py": "",
         "pkg/digest.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                           "    from pkg.cache import Cache\nelse:\n    import os\n"),
         "pkg/cache.py": "from pkg.digest import *\n",
     })
-    assert g.cycles() == []
+    assert g.cycles() == [["pkg.cache", "pkg.digest", "pkg.cache"]]
 
 
 def test_relative_and_from_package_imports_are_edges(tmp_path):
