@@ -1,6 +1,8 @@
-"""deploy/Dockerfile's build context holds what its install step runs: the files its COPY lines
-name, laid out as in the image, are enough for `scripts/patches.py` to import and run (CI cannot
-build images; test/server/test_deploy.py runs the same install step from the repository)."""
+"""Each image's build context holds what its install step runs (deploy/Dockerfile: 0.5.15.post1,
+deploy/Dockerfile.main: 0.5.23): the files its COPY lines name, laid out as in the image, are
+enough for the patch tooling to import and run, and for the 0.5.23 series to check against its
+release (CI cannot build images; test/server/test_deploy.py runs the same install step from the
+repository)."""
 
 from __future__ import annotations
 
@@ -10,23 +12,26 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
+DOCKERFILE_MAIN = REPO / "deploy" / "Dockerfile.main"
 
 
-def copy_lines():
+def copy_lines(dockerfile: Path = DOCKERFILE):
     """(sources, destination) of every COPY line, continuation lines joined."""
-    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    text = dockerfile.read_text().replace("\\\n", " ")
     for line in text.splitlines():
         words = line.split()
         if words and words[0] == "COPY":
             yield words[1:-1], words[-1]
 
 
-def build_context(dest_root: Path) -> Path:
+def build_context(dest_root: Path, dockerfile: Path = DOCKERFILE) -> Path:
     """The image's /opt/swa-islands as the COPY lines lay it out, under ``dest_root``."""
     opt = None
-    for sources, dest in copy_lines():
+    for sources, dest in copy_lines(dockerfile):
         assert dest.startswith("/opt/swa-islands/"), dest
         target = dest_root / dest.lstrip("/")
         opt = dest_root / "opt" / "swa-islands"
@@ -67,3 +72,25 @@ def test_a_context_missing_an_imported_module_fails_here(tmp_path):
     r = subprocess.run([sys.executable, str(opt / "scripts" / "patches.py"), "--help"],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode != 0 and "islands_tools.patches.lib" in r.stderr
+
+
+def test_the_0_5_23_image_holds_its_series_and_modules(tmp_path):
+    """deploy/Dockerfile.main's context: scripts/patches_main.py finds the series, our modules
+    and the shared ones, and checks the series against the pristine wheel (when it is cached)."""
+    opt = build_context(tmp_path, DOCKERFILE_MAIN)
+    assert "FROM ${SGLANG_IMAGE}" in DOCKERFILE_MAIN.read_text()
+    assert "lmsysorg/sglang:v0.5.23" in DOCKERFILE_MAIN.read_text()
+    for rel in ("patches-main/series", "python-main/sglang/srt/mem_cache/swa_island_radix_cache.py",
+                "python/sglang/srt/mem_cache/swa_island_formulas.py",
+                "python/sglang/srt/mem_cache/swa_island_queue.py"):
+        assert (opt / rel).is_file(), rel
+    wheels = sorted((REPO / ".cache" / "wheels-main").glob("sglang-0.5.23-*.whl"))
+    if not wheels:
+        pytest.skip("no pristine sglang 0.5.23 wheel in .cache/wheels-main (scripts/setup_main.sh)")
+    cache = opt / ".cache" / "wheels-main"
+    cache.mkdir(parents=True)
+    shutil.copy2(wheels[0], cache / wheels[0].name)
+    r = subprocess.run([sys.executable, str(opt / "scripts" / "patches_main.py"), "check"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "islands series" in r.stdout
