@@ -158,6 +158,10 @@ def parse_args(argv=None):
     ap.add_argument("--swa-pool", type=int, help="SWA pool tokens (default: = full pool, so "
                     "upstream never has to evict and its natural hold is measured)")
     ap.add_argument("--seed", type=int, default=0, help="prompt RNG seed")
+    ap.add_argument("--accept-max", type=int, default=None, metavar="N",
+                    help="--target main: speculative decoding, each decode step commits a seeded "
+                         "1..N tokens per request (uniform, mean (1 + N) / 2: 16 for the seed's "
+                         "8.5) and tells the cache the accept length")
     ap.add_argument("--target", choices=("0.5.15", "main"), default="0.5.15",
                     help="0.5.15: this process's .venv (sglang 0.5.15.post1, arms upstream, "
                          "upstream_knobs, islands_eager, islands); main: sglang 0.5.23, arms "
@@ -197,7 +201,7 @@ def shape_from_args(args) -> Shape:
     base = PRODUCTION if args.production else TINY if args.tiny else QUICK
     over = {}
     for f in ("window", "page", "chunk", "prompt", "n_requests", "decode_tokens", "decode_interval",
-              "full_pool", "swa_pool", "seed"):
+              "full_pool", "swa_pool", "seed", "accept_max"):
         v = getattr(args, f, None)
         if v is not None:
             over[f] = v
@@ -211,6 +215,9 @@ def main(argv=None) -> int:
         raise SystemExit("--timing-decode-tokens must be >= 2 (else no last-chunk commit)")
     if args.target == "main":
         return _main_target(args, shape, argv)
+    if args.accept_max is not None:
+        raise SystemExit("--accept-max is --target main only: no drafter runs on 0.5.15.post1's "
+                         "CPU harness, and its hold driver decodes one token a step")
     if args.model_shape is not None:
         raise SystemExit("--model-shape is --target main only: the 0.5.15 arms build their pools "
                          "from the tiny Laguna config (islands_harness.stack)")

@@ -18,10 +18,12 @@ request-pool row each), prefilled one after the other in chunks of ``cp`` (prefi
 decode, as the scheduler's prefill priority does): each chunk's KV allocated
 (``alloc`` / ``alloc_extend``), then committed with ``checkpoint_kv_cache`` (a middle chunk at
 ``stash_chunked_request``, the last chunk after its first token, ``batch_result_processor``);
-then all decode together one token per step: the step's KV slot (``alloc`` / batched
-``alloc_decode``), main's decode SWA evictor (``evict_sliding_windows`` every
+then all decode together one token per step, or under speculative decoding
+(``shape["accept_max"]``) a seeded 1 to ``accept_max`` tokens per request and step: the KV slots
+of the accepted tokens (``alloc`` / batched ``alloc_decode``; the rejected drafts' slots, freed
+within the step, are not modelled), main's decode SWA evictor (``evict_sliding_windows`` every
 ``SGLANG_SWA_EVICTION_INTERVAL`` tokens, as ``maybe_evict_swa``), the token appended and, where
-the cache has it (islands series, patch 0006), ``on_decode_progress(req, 1)`` as
+the cache has it (islands series, patch 0006), ``on_decode_progress(req, accepted)`` as
 ``process_batch_result_decode`` calls it; a request that reaches ``max_new_tokens`` is finished
 through ``release_kv_cache(checkpoint=True)``. At the end the tree's evictable SWA is evicted
 (``evict``): the final reclaim.
@@ -351,6 +353,14 @@ class Run:
             self.pool.write((r.kv.req_pool_idx, slice(p, p + 1)), slot.view(1))
             r.kv.kv_committed_len = r.kv.kv_allocated_len = p + 1
 
+    def accepted(self, running) -> dict:
+        """Tokens each request commits this step: 1, or under speculative decoding
+        (``shape["accept_max"]``) a seeded draw from ``1..accept_max`` (uniform: mean
+        ``(1 + accept_max) / 2``, 8.5 at 16), at most what is left to generate."""
+        top = self.shape.get("accept_max") or 1
+        return {r.rid: min(self.accept_rng.randint(1, top),
+                           self.decode_tokens - len(r.output_ids)) for r in running}
+
     def decode(self, reqs, token):
         from sglang.srt.managers.schedule_batch import FINISH_LENGTH
         from sglang.srt.mem_cache.common import release_kv_cache
@@ -360,9 +370,12 @@ class Run:
         running = list(reqs)
         step = 0
         last_log = time.perf_counter()
+        self.accept_rng = random.Random(self.shape.get("seed", 0))
         while running:
             step += 1
-            self.alloc_decode_step(running)
+            k = self.accepted(running)
+            for i in range(max(k.values())):  # the accepted tokens' slots (drafts rejected:
+                self.alloc_decode_step([r for r in running if k[r.rid] > i])  # freed, unmodelled)
             for r in running:  # maybe_evict_swa (the step's batch, before the forward)
                 end = len(r.origin_input_ids) + len(r.output_ids)
                 if end - 1 - window_left >= (r.kv.get_evicted_seqlen(ComponentType.SWA)
@@ -370,7 +383,8 @@ class Run:
                     self.cache.evict_sliding_windows(r, end - 1)
             done = []
             for r in running:  # process_batch_result_decode
-                r.output_ids.append(token(r, len(r.output_ids)))
+                for _ in range(k[r.rid]):
+                    r.output_ids.append(token(r, len(r.output_ids)))
                 if len(r.output_ids) >= self.decode_tokens:
                     r.finished_reason = FINISH_LENGTH(length=len(r.output_ids))
                     self.timed(lambda r=r: release_kv_cache(r, self.cache, checkpoint=True),
@@ -378,9 +392,10 @@ class Run:
                     done.append(r)
                 elif self.hook is not None:
                     before = r.kv.cache_protected_len
-                    info = self.timed(lambda r=r: self.hook(r, 1), self.hooks,
+                    info = self.timed(lambda r=r: self.hook(r, k[r.rid]), self.hooks,
                                       dict(rid=r.rid, L=len(r.origin_input_ids)
                                            + len(r.output_ids) - 1))
+                    info["accepted"] = k[r.rid]
                     if r.kv.cache_protected_len != before:
                         info["island"] = True
                         self.snapshot("commit", running, dict(label="decode_island", rid=r.rid,
@@ -424,6 +439,11 @@ class Run:
                     hooks=self.hooks, finishes=self.finishes, reclaim=reclaim,
                     timer_overhead=overhead,
                     decode_islands=sum(1 for h in self.hooks if h.get("island")),
+                    decode_islands_min_per_request=min(
+                        (sum(1 for h in self.hooks if h.get("island") and h["rid"] == r.rid)
+                         for r in reqs), default=0),
+                    accept_mean=(sum(h["accepted"] for h in self.hooks) / len(self.hooks)
+                                 if self.hooks else None),
                     wall_seconds=wall,
                     swa_protected_after=self.cache.swa_protected_size(),
                     full_protected_after=self.cache.full_protected_size(),

@@ -238,6 +238,13 @@ def _main_sync_rows(t: _Table) -> None:
           lambda a: f"{A_k(a, 'aten_ops', 'per_commit_max')} / "
                     f"{A_k(a, 'aten_ops', 'per_commit_mean')}")
     t.row("decode islands per run", lambda a: str(a["decode_islands"]))
+    s = t.result["shape"]
+    if s.get("accept_max"):  # speculative decoding: the cadence on accumulated progress
+        floor = s["decode_tokens"] // (s["decode_interval"] + s["accept_max"])
+        t.row(f"decode islands of the fewest request (floor(G / (interval + N)) = {floor}) / "
+              "mean accept length",
+              lambda a: (f"{a['decode_islands_min_per_request']} / {_f(a['accept_mean'], 2)}"
+                         if a.get("accept_mean") is not None else "-"))
     t.row("measurement run wall s (full decode, snapshots)",
           lambda a: _f(a["measurement_run_wall_seconds"]))
 
@@ -337,6 +344,8 @@ def _header(result: dict, arms: List[str]) -> List[str]:
         f"### SWA hold per running request: w={s['window']} p={s['page']} cp={s['chunk']} "
         f"prompt={s['prompt']} n={s['n_requests']} decode={s['decode_tokens']}"
         f" (decode-island interval {s['decode_interval']})"
+        + (f", speculative: 1-{s['accept_max']} tokens a step (mean "
+           f"{(1 + s['accept_max']) / 2:g})" if s.get("accept_max") else "")
         + (f", pools of {result['model_shape']['name']}" if "model_shape" in result else ""),
         "",
         f"KV device: {result.get('device', 'cpu')}.",

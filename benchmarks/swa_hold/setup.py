@@ -49,6 +49,7 @@ class Shape:
     full_pool: Optional[int] = None  # None: everything fits (see pool_sizes)
     swa_pool: Optional[int] = None  # None: as large as the full pool (upstream never evicts)
     seed: int = 0
+    accept_max: Optional[int] = None  # speculative decoding (0.5.23): 1..accept_max tokens a step
 
     def pool_sizes(self):
         need = self.n_requests * (self.prompt + self.decode_tokens + self.page) + 4 * self.chunk

@@ -75,6 +75,8 @@ def shape_json(shape: Shape, model: Optional[ModelShape] = None) -> dict:
                n_requests=shape.n_requests, decode_tokens=shape.decode_tokens,
                decode_interval=shape.decode_interval, full_pool=full, swa_pool=swa,
                seed=shape.seed)
+    if shape.accept_max:
+        out["accept_max"] = shape.accept_max
     if model is not None:
         out["model"] = model.to_json()
     return out
@@ -213,6 +215,8 @@ def column_summary(measured: dict, timed: List[dict]) -> dict:
         "finish_host_syncs": sync_summary(measured["finishes"]),
         "chunk_islands": 0,
         "decode_islands": measured["decode_islands"],
+        "decode_islands_min_per_request": measured.get("decode_islands_min_per_request"),
+        "accept_mean": measured.get("accept_mean"),
         "decode_island_cpu_seconds": [h["seconds"] for h in measured["hooks"]
                                       if h.get("island")],
         "measurement_run_wall_seconds": measured["wall_seconds"],

@@ -96,3 +96,22 @@ def test_both_cores_hold_the_same(quick):
         assert rust["commit_rows"] == py["commit_rows"], arm
         for phase in ("after_commit", "with_chunk_in_flight", "decode"):
             assert rust[phase] == py[phase], (arm, phase)
+
+
+def test_speculative_decode_commits_accept_lengths_and_islands_keep_the_cadence(tmp_path):
+    """``--accept-max 4`` (issue 58): each decode step commits 1 to 4 tokens and the cache is told
+    so; the island cache still lays a decode island per interval of committed tokens, at least
+    ``floor(G / (interval + 4))`` for every request, and holds no more than stock main."""
+    jp, mp = tmp_path / "r.json", tmp_path / "r.md"
+    assert swa_hold.main(["--target", "main", "--tiny", "--accept-max", "4", "--cores", "python",
+                          "--repeats", "1", "--json", str(jp), "--md", str(mp)]) == 0
+    result, md = json.loads(jp.read_text()), mp.read_text()
+    s = result["shape"]
+    assert s["accept_max"] == 4 and "speculative: 1-4 tokens a step (mean 2.5)" in md
+    isl, stock = result["arms"]["main_islands/python"], result["arms"]["main/python"]
+    floor = s["decode_tokens"] // (s["decode_interval"] + 4)
+    assert floor >= 1 and isl["decode_islands_min_per_request"] >= floor
+    assert 1.5 < isl["accept_mean"] < 4  # whole accept lengths, not one token a step
+    assert (isl["decode"]["mean_swa_held_per_running_req"]
+            <= stock["decode"]["mean_swa_held_per_running_req"])
+    assert f"floor(G / (interval + N)) = {floor}" in md

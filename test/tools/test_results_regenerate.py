@@ -67,6 +67,7 @@ RENDERED = (
     + _cases("swa_hold.report", "to_markdown",
              "swa_hold_quick", "swa_hold_production", "swa_hold_main_quick",
              "swa_hold_main_production", "swa_hold_main_production_gemma4",
+             "swa_hold_main_production_gemma4_spec",
              "gpu/swa_hold_quick_cuda", "gpu/swa_hold_production_cuda",
              "gpu/2026-12-01/swa_hold_quick_cuda", "gpu/2026-12-01/swa_hold_production_cuda")
     + _cases("soak.report", "to_markdown",
