@@ -245,10 +245,13 @@ MAIN_FIXES = {  # series name -> the patches-main patch it carries
     # after its base: build_repo branches each fix from its base, in this order
     "fix-torch-native-attention-sinks": "harness-only-torch-native-attention-sinks",
     "fix-torch-native-target-verify": "harness-only-torch-native-speculative-target-verify",
+    "fix-torch-native-pool-swap": "harness-only-torch-native-read-the-swa-pool-the-forward-uses",
+    "fix-frozen-kv-mtp-non-overlap": "frozen-kv-mtp-the-non-overlap-scheduler-path-and-on-cpu",
 }
 # A fix whose patch needs another fix (the same file, overlapping context): series -> its base.
 MAIN_FIX_BASES = {"fix-torch-native-attention-sinks": "fix-torch-native-swa-read",
-                  "fix-torch-native-target-verify": "fix-torch-native-attention-sinks"}
+                  "fix-torch-native-target-verify": "fix-torch-native-attention-sinks",
+                  "fix-torch-native-pool-swap": "fix-torch-native-swa-read"}
 _MAIN_UNIT = "test/registered/unit/"
 # Each island test of the 0.5.23 series enters with the patch it tests (a test not named here:
 # with the series' last patch; a helper beside the tests: with the first test that imports it).
@@ -285,11 +288,15 @@ TARGET_MAIN = ExportTarget(
         "not need the others (`fix-hicache-cpu-device` lets HiCache run on the CPU engine, "
         "`fix-gemma4-router-norm-native` makes Gemma 4 MoE route correctly on the native norm "
         "path, `fix-torch-native-attention-sinks` gives the CPU backend GPT-OSS's attention "
-        "sinks, `fix-torch-native-target-verify` its speculative verify). "
+        "sinks, `fix-torch-native-target-verify` its speculative verify, "
+        "`fix-torch-native-pool-swap` the translation on a pool swapped in, as the Frozen-KV "
+        "MTP draft does; `fix-frozen-kv-mtp-non-overlap` lets Gemma 4's assistant drafter run "
+        "without the overlap scheduler, and on CPU). "
         "`fix-torch-native-attention-sinks` changes `torch_native_backend.py` next to "
         "`fix-torch-native-swa-read` (overlapping context) and is based on it, "
         "`fix-torch-native-target-verify` on `fix-torch-native-attention-sinks` (it passes the "
-        "sinks on); every other fix is based on pristine."),
+        "sinks on), `fix-torch-native-pool-swap` on `fix-torch-native-swa-read` (its test "
+        "reads through that translation); every other fix is based on pristine."),
     order_note=(
         "- Islands order: the flags and their resolution step first, then the cache parameters, "
         "the registry that builds `SWAIslandUnifiedRadixCache`, then the scheduler hooks the "

@@ -40,7 +40,11 @@ FIXES = {"fix-input-ids-vocab": "0002-tokenizer-manager-refuse-input-ids-outside
              "0014-layernorm-gemma4rmsnorm-native-path-applies-a-folded-sc.patch",
          "fix-torch-native-attention-sinks": "0013-harness-only-torch-native-attention-sinks.patch",
          "fix-torch-native-target-verify":
-             "0016-harness-only-torch-native-speculative-target-verify.patch"}
+             "0016-harness-only-torch-native-speculative-target-verify.patch",
+         "fix-torch-native-pool-swap":
+             "0018-harness-only-torch-native-read-the-swa-pool-the-forward-uses.patch",
+         "fix-frozen-kv-mtp-non-overlap":
+             "0017-frozen-kv-mtp-the-non-overlap-scheduler-path-and-on-cpu.patch"}
 
 
 import islands_tools.patches.main_target as PM  # noqa: E402  (what scripts/patches_main.py runs)
