@@ -41,6 +41,9 @@ RUN = ("registered/unit/mem_cache/test_swa_island_queued_hits.py",
 
 # (name, file under the sglang package, exact text, replacement)
 MUTANTS = (
+    ("decode islands fire when L % interval == 0 (the seed's modulo trigger)", FORMULAS,
+     "    return committed_len - last_island_len >= interval\n",
+     "    return committed_len > last_island_len and committed_len % interval == 0\n"),
     ("a queued hit is not its window's class", COMP,
      "            if any_queued and cur in queued:\n                category = QUEUED\n",
      "            if False:\n                category = QUEUED\n"),

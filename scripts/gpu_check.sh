@@ -15,7 +15,11 @@
 #      arms main_0.17 (stock) and main_islands_0.17 (the islands series, --enable-swa-islands),
 #      then main_0.32 and main_islands_0.32 while time remains; its tables are printed at the end;
 #   5. gate: the two-boot equality gate on a GPU attention backend, page 64, CUDA graphs, the
-#      overlap scheduler, fp8 KV and a speculative mode (scripts/gpu_gate.sh), with what is left.
+#      overlap scheduler, fp8 KV and a speculative mode (scripts/gpu_gate.sh), with what is left;
+#   6. spec: the 0.5.23 seed shape decoding speculatively (benchmarks/seed_shape.py --target
+#      0.5.23 --speculative ngram: NGRAM, 16 draft tokens a step), main_0.17 then
+#      main_islands_0.17; SKIP where sglang-kernel does not load (as main) or NGRAM's corpus (a
+#      tvm-ffi JIT extension) cannot build.
 #
 #   scripts/gpu_check.sh [--model PATH] [--out DIR] [--skip-setup] [--bundle DIR]
 #                        [--bundle-main DIR] [--steps LIST] [--budget S]
@@ -36,8 +40,8 @@
 # reports SKIP with the reason where it does not load: 0.5.23 pins sglang-kernel 0.4.10, built
 # for torch 2.14.1, whose extensions need libtorch symbols that torch 2.11 (the lent machines'
 # python) lacks.
-# --steps unit,hold,bench,main,gate picks steps (default: unit,hold,bench,gate; they run in that
-# order). --budget S (default 540): the whole run ends inside S seconds. Every step runs under
+# --steps unit,hold,bench,main,gate,spec picks steps (default: unit,hold,bench,gate; they run in
+# that order, spec after main). --budget S (default 540): the whole run ends inside S seconds. Every step runs under
 # `timeout`: unit <= 200 s, each hold run <= 120 s, bench <= BENCH_S (default 330) leaving
 # MAIN_MIN_S (default 240) for main when it is wanted and GATE_MIN_S (default 180) for the gate
 # when the gate is wanted (else all that is left), main <= MAIN_S (default 330) leaving GATE_MIN_S
@@ -64,7 +68,7 @@ while [ $# -gt 0 ]; do
     --bundle-main) BUNDLE_MAIN="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     --budget) BUDGET="$2"; shift 2 ;;
-    -h|--help) sed -n '2,51p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,55p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -76,7 +80,7 @@ for n_ in "$BUDGET" "$BENCH_S" "$GATE_MIN_S" "$MAIN_S" "$MAIN_MIN_S"; do
     echo "gpu_check.sh: --budget, BENCH_S, GATE_MIN_S, MAIN_S and MAIN_MIN_S must be whole seconds" >&2; exit 2; }
 done
 for s_ in ${STEPS//,/ }; do
-  case "$s_" in unit|hold|bench|main|gate) ;; *) echo "gpu_check.sh: unknown step '$s_' (unit, hold, bench, main, gate)" >&2; exit 2 ;; esac
+  case "$s_" in unit|hold|bench|main|gate|spec) ;; *) echo "gpu_check.sh: unknown step '$s_' (unit, hold, bench, main, gate, spec)" >&2; exit 2 ;; esac
 done
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu_check.log") 2>&1
@@ -240,13 +244,17 @@ main_kernel() {
     *) echo "the sglang-kernel check did not finish: $(tail -n 1 "$OUT/main_kernel_check.err")" ;;
   esac
 }
-if want main; then
-  why=""
+main_why() {  # why the 0.5.23 arms cannot serve here (nothing if they can)
+  local p_ w_=""
   for p_ in "$MAIN_PY" "$MAIN_ISL_PY"; do
-    [ -n "$why" ] && break
-    if [ ! -x "$p_" ]; then why="no interpreter $p_ (set MAIN_PYTHON / MAIN_ISLANDS_PYTHON, or --bundle-main)"
-    else why=$(main_kernel "$p_"); [ -n "$why" ] && why="$why ($p_)"; fi
+    [ -n "$w_" ] && break
+    if [ ! -x "$p_" ]; then w_="no interpreter $p_ (set MAIN_PYTHON / MAIN_ISLANDS_PYTHON, or --bundle-main)"
+    else w_=$(main_kernel "$p_"); [ -n "$w_" ] && w_="$w_ ($p_)"; fi
   done
+  echo "$w_"
+}
+if want main; then
+  why=$(main_why)
   if [ -n "$why" ]; then
     echo "SKIP 0.5.23 seed-shape benchmark (gpu): $why"
   elif lim=$(limit "$main_cap" "$gate_reserve" 120 "0.5.23 seed-shape benchmark (gpu)"); then
@@ -254,6 +262,21 @@ if want main; then
       timeout --kill-after=30 "$lim" env PYTHONUNBUFFERED=1 "${MAIN_DRIVER[@]}" benchmarks/seed_shape.py \
       --target 0.5.23 --main-python "$MAIN_PY" --main-islands-python "$MAIN_ISL_PY" \
       --out "$OUT/seed_shape_main" --budget $(( lim - 20 ))
+  fi
+fi
+if want spec; then
+  why=$(main_why)
+  if [ -z "$why" ] && ! out_=$(timeout 300 "$MAIN_PY" -c 'from sglang.kernels.ops.speculative.ngram_corpus import get_ngram_corpus_cls; get_ngram_corpus_cls()' 2>&1); then
+    why="NGRAM's corpus extension does not build: $(echo "$out_" | tail -n 1 | cut -c1-300)"
+  fi
+  if [ -n "$why" ]; then
+    echo "SKIP 0.5.23 speculative seed shape (gpu): $why"
+  elif lim=$(limit "$main_cap" "$gate_reserve" 120 "0.5.23 speculative seed shape (gpu)"); then
+    step "0.5.23 speculative seed shape (gpu, NGRAM, main vs main islands)" \
+      timeout --kill-after=30 "$lim" env PYTHONUNBUFFERED=1 "${MAIN_DRIVER[@]}" benchmarks/seed_shape.py \
+      --target 0.5.23 --speculative ngram --arms main_0.17,main_islands_0.17 \
+      --main-python "$MAIN_PY" --main-islands-python "$MAIN_ISL_PY" \
+      --out "$OUT/seed_shape_spec" --budget $(( lim - 20 ))
   fi
 fi
 if [ "$KERNEL_0515" = 1 ]; then
@@ -270,7 +293,7 @@ if [ "$KERNEL_0515" = 1 ]; then
     fi
   fi
 fi
-for d_ in seed_shape seed_shape_main; do
+for d_ in seed_shape seed_shape_main seed_shape_spec; do
   if [ -f "$OUT/$d_/seed_shape.md" ]; then
     echo; echo "== seed-shape tables ($OUT/$d_/seed_shape.md)"; cat "$OUT/$d_/seed_shape.md"
   fi

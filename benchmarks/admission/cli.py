@@ -151,6 +151,10 @@ def parse_args(argv=None):
     ap.add_argument("--model", default="laguna", choices=list(MODELS),
                     help="the tiny model served (islands_harness.models; default laguna); gemma4 "
                          "and gemma4-moe run on the 0.5.23 arms (main*) only")
+    ap.add_argument("--speculative", choices=("none", "ngram"), default="none",
+                    help="decode speculatively on every arm (0.5.23 arms only): ngram, "
+                         "islands_harness.speculative's NGRAM arguments (each verify step "
+                         "allocates the draft tokens' slots per request)")
     ap.add_argument("--plan-only", action="store_true", help="print the pool mapping and exit")
     ap.add_argument("--from-runs", metavar="DIR", default=None,
                     help="no server: rebuild the JSON, markdown and plot from the raw per-run files "
@@ -166,6 +170,10 @@ def parse_args(argv=None):
     if unserved:
         ap.error(f"--model {a.model} is served on {', '.join(tiny.targets)} only, not by arms "
                  f"{','.join(unserved)}")
+    old = [n for n in a.arms.split(",") if n and arm_target(ARMS[n]) != "0.5.23"]
+    if a.speculative != "none" and old:
+        ap.error(f"--speculative runs on the 0.5.23 arms only (no drafter runs on 0.5.15.post1's "
+                 f"CPU harness), not {','.join(old)}")
     bad = [w for w in a.workloads.split(",") if w not in ("no_reuse", "agent")]
     if bad:
         ap.error(f"unknown workload(s) {bad}")

@@ -151,6 +151,10 @@ def run_arm(arm: Arm, repeat: int, mapping: Dict[str, Any], cfg: WorkloadConfig,
 
     cpu = CpuShape()
     args = arm_server_args(arm, mapping, cpu, model=getattr(a, "model", "laguna"))
+    if getattr(a, "speculative", "none") == "ngram":
+        from islands_harness.speculative import ngram_args
+
+        args += ngram_args()
     env = arm_env(arm, a.eviction_interval)
     log_path = log_dir / f"{arm.name}_r{repeat}.log"
     out: Dict[str, Any] = {"arm": arm.name, "repeat": repeat, "server_args": args, "env": env,

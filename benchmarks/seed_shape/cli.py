@@ -103,6 +103,11 @@ from seed_shape.run import log, run_arm, summarize
 
 from islands_harness import main_arm
 from islands_harness.server import raise_keyboard_interrupt_on_signals
+from islands_harness.speculative import ngram_args
+
+SEED_DRAFT_TOKENS = 16
+"""NGRAM's drafts at the seed shape: a step commits 1 to 16 tokens (the seed's block drafts
+accept about 8.5)."""
 
 __all__ = ["ARMS", "MAIN_PRIORITY", "PRIORITY", "PROFILES", "PROMPT_SEED", "Profile", "RunPlan", "main",
            "make_prompts", "parse_args", "plan_run", "prompts_digest", "run_arm", "summarize",
@@ -140,6 +145,11 @@ def parse_args(argv=None):
     ap.add_argument("--input-len", type=int, default=None)
     ap.add_argument("--output-len", type=int, default=None)
     ap.add_argument("--seed", type=int, default=PROMPT_SEED, help="prompt seed (every arm)")
+    ap.add_argument("--speculative", choices=("none", "ngram"), default="none",
+                    help="every arm decodes speculatively: ngram, NGRAM with "
+                         f"{SEED_DRAFT_TOKENS} draft tokens (the seed's block drafts accept about "
+                         "8.5 a step; NGRAM on token-id prompts and dummy weights accepts far less, "
+                         "but every step allocates and verifies the drafts' slots)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     a = ap.parse_args(argv)
     if a.arms is None:
@@ -154,6 +164,9 @@ def parse_args(argv=None):
     changes = {k: v for k, v in (("requests", a.requests), ("input_len", a.input_len),
                                  ("output_len", a.output_len), ("load_s", a.load_s),
                                  ("arm_s", a.arm_s)) if v is not None}
+    if a.speculative == "ngram":
+        changes["server_args"] = (*prof.server_args, *ngram_args(SEED_DRAFT_TOKENS,
+                                                                  cpu=prof.device == "cpu"))
     a.prof = dataclasses.replace(prof, **changes)
     if a.prof.input_len <= a.prof.chunk:
         ap.error(f"--input-len {a.prof.input_len} fits in one chunk ({a.prof.chunk}); the seed "

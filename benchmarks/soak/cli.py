@@ -93,13 +93,17 @@ def main(argv=None) -> int:
                     help="--hicache: hold each transfer pending for POLLS polls and each backup's "
                          "copy until then, as a GPU's asynchronous copies may (SGLANG_TEST_HICACHE_"
                          "CPU_COPY_DELAY_POLLS, patches-main/0012; default 0: done at submission)")
+    ap.add_argument("--speculative", choices=("none", "ngram"), default="none",
+                    help="main: decode speculatively (NGRAM, islands_harness.speculative): every "
+                         "decode step is a verify, so aborts, disconnects and retractions land "
+                         "mid-verify")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="report (default .work/soak/<stamp>.json)")
     ap.add_argument("--md", default=None, help="markdown report (default next to the JSON)")
     a = ap.parse_args(argv)
     cfg = SoakConfig(clients=a.clients, seed=a.seed, islands=a.islands == "on", target=a.target,
                      eviction=a.eviction, hicache=a.hicache,
-                     held_copies=a.held_copies)
+                     held_copies=a.held_copies, speculative=a.speculative)
     server_command(cfg)  # a bad combination or a missing venv fails before the model is built
     if a.quick:
         cfg = dataclasses.replace(cfg, **QUICK)

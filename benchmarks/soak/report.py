@@ -77,7 +77,9 @@ def to_markdown(rep: dict[str, Any], command: Optional[str] = None) -> str:
     lines += ["", f"Aborted before finishing: {rep['aborted_before_finishing']}; retractions: "
               f"{rep['retractions']:.0f}; peak RSS {rep['peak_rss_mib']} MiB"
               + (f"; tokens loaded back from the host tier: {host:.0f}"
-                 if rep["config"].get("hicache") else "") + ".", "",
+                 if rep["config"].get("hicache") else "")
+              + (f"; speculative decoding: {rep['config']['speculative']}"
+                 if rep["config"].get("speculative", "none") != "none" else "") + ".", "",
               "| idle point | t (s) | finished tokens | retractions | cached before flush | "
               "pools at baseline | RSS (MiB) | tokens / server CPU-s (interval) |",
               "|---|---|---|---|---|---|---|---|"]

@@ -43,6 +43,7 @@ class SoakConfig:
     eviction: Optional[str] = None  # main only: --swa-islands-eviction
     hicache: bool = False  # main only: HiCache's host tier (HICACHE_ARGS)
     held_copies: int = 0  # with hicache: polls each transfer stays pending (0: done at once)
+    speculative: str = "none"  # main only: "ngram", islands_harness.speculative.ngram_args()
     boot_timeout_s: float = 900.0
 
 
@@ -61,6 +62,13 @@ def server_command(cfg: SoakConfig) -> tuple[list[str], Optional[str]]:
         if cfg.target != "main":
             raise SystemExit("--hicache needs --target main (islands with HiCache run on 0.5.23)")
         args += HICACHE_ARGS
+    if cfg.speculative != "none":
+        if cfg.target != "main":
+            raise SystemExit("--speculative needs --target main (no drafter runs on "
+                             "0.5.15.post1's CPU harness)")
+        from islands_harness.speculative import ngram_args
+
+        args += ngram_args()
     if cfg.target == "0.5.15":
         return args, None
     from islands_harness.main_arm import main_islands_python, main_python
