@@ -80,6 +80,18 @@ def frozen_kv_mtp_args(assistant_dir, *, cpu: bool = True) -> list[str]:
             str(MTP_DRAFT_TOKENS), *(SPEC_MEM_FRACTION if cpu else ())]
 
 
+MODES = ("none", "ngram")
+"""What a benchmark's ``--speculative`` takes on the CPU harness (0.5.23 arms only): ``ngram``
+needs no draft model; Frozen-KV MTP runs in ``test/server/test_speculative_main.py``."""
+
+
+def mode_args(mode: str) -> list[str]:
+    """The server arguments of ``--speculative MODE`` (``MODES``) on the CPU harness."""
+    if mode not in MODES:
+        raise ValueError(f"--speculative must be one of {', '.join(MODES)}, got {mode!r}")
+    return ngram_args() if mode == "ngram" else []
+
+
 def server_accept_length(base_url: str) -> tuple[float, float]:
     """``(generation tokens, verify calls)`` from the server's own Prometheus counters
     (``sglang:generation_tokens_total``, ``sglang:spec_verify_calls_total``); their ratio over a

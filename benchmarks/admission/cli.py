@@ -87,6 +87,7 @@ from admission.workloads import QUICK, WorkloadConfig, agent_max_context
 from islands_harness.bench_outputs import add_output_args, output_paths, write_files, write_json, write_text
 from islands_harness.models import MODELS, get_model, real_vocab
 from islands_harness.provenance import git_head
+from islands_harness.speculative import MODES as SPEC_MODES
 
 ROOT = _bench_path.ROOT
 OUTPUT_FILES = {"json": "admission.json", "md": "admission.md", "png": "admission_running.png"}
@@ -151,7 +152,7 @@ def parse_args(argv=None):
     ap.add_argument("--model", default="laguna", choices=list(MODELS),
                     help="the tiny model served (islands_harness.models; default laguna); gemma4 "
                          "and gemma4-moe run on the 0.5.23 arms (main*) only")
-    ap.add_argument("--speculative", choices=("none", "ngram"), default="none",
+    ap.add_argument("--speculative", choices=SPEC_MODES, default="none",
                     help="decode speculatively on every arm (0.5.23 arms only): ngram, "
                          "islands_harness.speculative's NGRAM arguments (each verify step "
                          "allocates the draft tokens' slots per request)")

@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import _bench_path  # noqa: F401  (puts the repository root on sys.path)
 from admission.setup import Arm, CpuShape, arm_env, arm_server_args
+from islands_harness.speculative import mode_args
 from admission.workloads import (WorkloadConfig, agent_hit_rates, agent_script, no_reuse_requests,
                                  run_agent, run_no_reuse, summarize_requests)
 from islands_harness import sched_log
@@ -151,10 +152,7 @@ def run_arm(arm: Arm, repeat: int, mapping: Dict[str, Any], cfg: WorkloadConfig,
 
     cpu = CpuShape()
     args = arm_server_args(arm, mapping, cpu, model=getattr(a, "model", "laguna"))
-    if getattr(a, "speculative", "none") == "ngram":
-        from islands_harness.speculative import ngram_args
-
-        args += ngram_args()
+    args += mode_args(getattr(a, "speculative", "none"))
     env = arm_env(arm, a.eviction_interval)
     log_path = log_dir / f"{arm.name}_r{repeat}.log"
     out: Dict[str, Any] = {"arm": arm.name, "repeat": repeat, "server_args": args, "env": env,

@@ -95,6 +95,7 @@ import _bench_path  # noqa: E402  (puts the repository root and benchmarks/ on s
 from admission import setup as admission_setup  # noqa: E402
 from islands_harness.bench_outputs import add_output_args, output_paths, write_files, write_json, write_text  # noqa: E402,E501
 from islands_harness.provenance import git_head  # noqa: E402
+from islands_harness.speculative import MODES as SPEC_MODES  # noqa: E402
 from sglang.srt.mem_cache.swa_island_formulas import EVICTION_ORDERS  # noqa: E402
 from prefix_reuse.arms import (ARMS, CPU, DEFAULT_ARMS, DEFAULT_POOLS,  # noqa: E402
                                LEAN_DEVICE_TOKENS, POOLS, comma_choice, pool_table,
@@ -166,6 +167,9 @@ def parse_args(argv=None):
                     help=f"comma list of pools: {','.join(POOLS)} (default "
                          f"{','.join(DEFAULT_POOLS)}; lean-device: --max-total-tokens "
                          f"{LEAN_DEVICE_TOKENS:,} with 0.17-eq's SWA pool, for a host tier)")
+    ap.add_argument("--speculative", choices=SPEC_MODES, default="none",
+                    help="decode speculatively on every arm (0.5.23 arms only): ngram, NGRAM "
+                         "(islands_harness.speculative)")
     ap.add_argument("--seed", type=int, default=Workload().seed, help="workload seed")
     ap.add_argument("--plan-only", action="store_true",
                     help="print the pools, arms and per-class workload sizes (requests, prompt "
@@ -195,6 +199,10 @@ def parse_args(argv=None):
         ap.error(f"--model {a.model} is served on {', '.join(get_model(a.model).targets)} only, "
                  f"not by arms {','.join(unserved)}")
     a.pool_list = comma_choice(a.pools, POOLS, "pools", ap)
+    old = [n for n in a.arm_list if not n.startswith("main")]
+    if a.speculative != "none" and old:
+        ap.error(f"--speculative runs on the 0.5.23 arms only (no drafter runs on 0.5.15.post1's "
+                 f"CPU harness), not {','.join(old)}")
     a.preset = "quick" if a.quick else "smoke" if a.smoke else "full"
     a.stem = {"full": "prefix_reuse", "quick": "prefix_reuse_quick",
               "smoke": "prefix_reuse_smoke"}[a.preset]

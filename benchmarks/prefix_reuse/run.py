@@ -16,6 +16,7 @@ import _bench_path  # noqa: F401  (puts the repository root and benchmarks/ on s
 from admission import run as admission_run
 from islands_harness import sched_log
 from islands_harness.main_arm import main_islands_python, main_python
+from islands_harness.speculative import mode_args
 from prefix_reuse.arms import ARMS, CPU, ISLAND_ARMS, server_args, server_env
 from prefix_reuse.clients import http_sender, run_class
 from prefix_reuse.report import fmt_or_dash
@@ -122,6 +123,7 @@ def run_boot(arm: str, pool_name: str, pool: Dict[str, Any], scripts: Dict[str, 
     from islands_harness.server import SglangServer
 
     args = server_args(arm, pool, model=getattr(a, "model", "laguna"))
+    args += mode_args(getattr(a, "speculative", "none"))
     env = server_env(arm, a.eviction_interval)
     tag = f"[{arm} @{pool_name}]"
     log_path = log_dir / f"{arm}_{pool_name}.log"

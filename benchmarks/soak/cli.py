@@ -59,6 +59,7 @@ import time
 
 from _bench_path import ROOT  # the repository root (it and benchmarks/ go on sys.path)
 from islands_harness.server import raise_keyboard_interrupt_on_signals
+from islands_harness.speculative import MODES as SPEC_MODES
 from sglang.srt.mem_cache.swa_island_formulas import EVICTION_ORDERS
 from soak.report import write_md
 from soak.run import Soak
@@ -93,7 +94,7 @@ def main(argv=None) -> int:
                     help="--hicache: hold each transfer pending for POLLS polls and each backup's "
                          "copy until then, as a GPU's asynchronous copies may (SGLANG_TEST_HICACHE_"
                          "CPU_COPY_DELAY_POLLS, patches-main/0012; default 0: done at submission)")
-    ap.add_argument("--speculative", choices=("none", "ngram"), default="none",
+    ap.add_argument("--speculative", choices=SPEC_MODES, default="none",
                     help="main: decode speculatively (NGRAM, islands_harness.speculative): every "
                          "decode step is a verify, so aborts, disconnects and retractions land "
                          "mid-verify")

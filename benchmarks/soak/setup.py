@@ -66,9 +66,9 @@ def server_command(cfg: SoakConfig) -> tuple[list[str], Optional[str]]:
         if cfg.target != "main":
             raise SystemExit("--speculative needs --target main (no drafter runs on "
                              "0.5.15.post1's CPU harness)")
-        from islands_harness.speculative import ngram_args
+        from islands_harness.speculative import mode_args
 
-        args += ngram_args()
+        args += mode_args(cfg.speculative)
     if cfg.target == "0.5.15":
         return args, None
     from islands_harness.main_arm import main_islands_python, main_python
