@@ -51,3 +51,9 @@ def test_the_count_is_wc_l_and_binary_files_do_not_count(tmp_path):
     blob = tmp_path / "b.png"
     blob.write_bytes(b"\x89PNG\0" + b"\n" * 1000)
     assert line_count(blob) is None
+
+
+def test_the_readme_is_at_most_150_lines():
+    """The front page stays readable (issue 59): the tables live in docs/HEADLINES.md."""
+    n = line_count(ROOT / "README.md")
+    assert n <= 150, f"README.md has {n} lines"
