@@ -19,13 +19,15 @@ reclaim and eviction all happen):
   so speculative decode retracts;
 - ``mtp`` and ``mtp_stock``: Frozen-KV MTP (`--speculative-algorithm EAGLE` with the assistant,
   promoted by sglang), the e2e workload's sequential part (its drafter reads the target's sliding
-  window after every commit, island, reclaim and eviction at the lean pool), then a flush.
+  window after every commit, island, reclaim and eviction at the lean pool), with the SWA read
+  audit (`test/shims/swa_read_audit_main`: every sliding-layer read on a live slot), then a flush.
 Laguna with NGRAM: the quick soak (`benchmarks/soak.py --speculative ngram`, committed).
 """
 
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import requests
@@ -62,6 +64,7 @@ pytestmark = pytest.mark.server
 INTERVAL = CHUNK // 4  # the decode-island interval at chunk 64
 MARKS = (96, 192, 288, 384)  # follow-ups of the cadence probe, > INTERVAL + 5 apart
 SHIM = "test/shims/modulo_cadence_main"
+AUDIT = "test/shims/swa_read_audit_main"
 
 
 def _cadence(srv, model_path, *, draft_tokens: int = NGRAM_DRAFT_TOKENS, warm: bool = True,
@@ -83,10 +86,19 @@ def _flushed(srv, run: dict) -> dict:
     return run
 
 
-def _boot(python, args):
+def _boot(python, args, env=None):
     path = GEMMA4.build()
     return path, SglangServer(path, [*GEMMA4.server_args, *SERVER_ARGS, *args, "--sleep-on-idle"],
-                              python=str(python), boot_timeout_s=600)
+                              python=str(python), env=env, boot_timeout_s=600)
+
+
+def _audited_reads(log: str) -> dict:
+    """``{backend: (reads, dead)}``: the last count the SWA read audit logged per backend."""
+    counts = {}
+    for m in re.finditer(r"\[swa_read_audit\] pid=\d+ backend (B\d+): (\d+) reads, (\d+) dead",
+                         log):
+        counts[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    return counts
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +265,8 @@ def _mtp(python, args):
     _needs(python)
     path = GEMMA4.build()
     assistant = build_assistant(path, MAIN_ISLANDS_PYTHON)
-    path, server = _boot(python, [*args, *frozen_kv_mtp_args(assistant)])
+    path, server = _boot(python, [*args, *frozen_kv_mtp_args(assistant)],
+                         env={"PYTHONPATH": str(REPO_ROOT / AUDIT)})
     seq, _ = make_workload(real_vocab(path))
     with server as srv:
         flush_cache_when_idle(srv)
@@ -284,6 +297,17 @@ def test_frozen_kv_mtp_outputs_equal_transformers_and_stock(mtp, mtp_stock):
     fewer = {k: (mtp["cached"][k], mtp_stock["cached"][k]) for k in mtp["cached"]
              if mtp["cached"][k] < mtp_stock["cached"][k]}
     assert not fewer, f"islands hit less than stock main (islands, stock): {fewer}"
+
+
+def test_the_drafter_and_the_target_read_only_live_swa_kv(mtp, mtp_stock):
+    """Gemma 4's assistant reads the target's sliding window (one key further back than the
+    target's own window): every read of a sliding layer, the draft's and the target's, lands on
+    a live SWA slot, on both arms (``test/shims/swa_read_audit_main``)."""
+    for arm in (mtp, mtp_stock):
+        assert "first dead read" not in arm["log"]
+        counts = _audited_reads(arm["log"])
+        assert len(counts) == 2, counts  # the target's backend and the draft's
+        assert all(reads > 0 and dead == 0 for reads, dead in counts.values()), counts
 
 
 def test_frozen_kv_mtp_accepts_drafts_and_islands_accept_at_least_as_much(mtp, mtp_stock):
