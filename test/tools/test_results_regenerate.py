@@ -72,7 +72,7 @@ RENDERED = (
              "gpu/2026-12-01/swa_hold_quick_cuda", "gpu/2026-12-01/swa_hold_production_cuda")
     + _cases("soak.report", "to_markdown",
              "soak_30min", "soak_30min_main", "soak_30min_main_window", "soak_quick_off",
-             "soak_quick_main_hicache", "soak_quick_main_hicache_held2")
+             "soak_quick_main_hicache", "soak_quick_main_hicache_held2", "soak_quick_main_ngram")
 )
 
 FLEET = ("fleet_quick", "fleet_quick_repeat", "fleet_quick_window")
