@@ -70,6 +70,7 @@ RENDERED = (
              "swa_hold_main_production_gemma4_spec",
              "gpu/swa_hold_quick_cuda", "gpu/swa_hold_production_cuda",
              "gpu/2026-12-01/swa_hold_quick_cuda", "gpu/2026-12-01/swa_hold_production_cuda")
+    + _cases("seed_table.report", "to_markdown", "seed_table", "seed_table_980k")
     + _cases("soak.report", "to_markdown",
              "soak_30min", "soak_30min_main", "soak_30min_main_window", "soak_quick_off",
              "soak_quick_main_hicache", "soak_quick_main_hicache_held2", "soak_quick_main_ngram")
