@@ -208,14 +208,20 @@ REFERENCE_SCRIPT = textwrap.dedent(r"""
 """)
 
 
-def test_standin_equals_upstream_triton_kernels_under_interpreter():
+def run_reference(script: str, timeout: int = 600) -> list:
+    """``script``'s JSON results, run in ``.venv-main`` with sglang's Triton kernels imported
+    without their CPU branch and executed by Triton's interpreter."""
     env = _main_env()
     env["SGLANG_USE_CPU_ENGINE"] = "0"  # import the Triton modules without the CPU branch
     env["TRITON_INTERPRET"] = "1"
-    out = subprocess.run([str(MAIN_PY), "-c", REFERENCE_SCRIPT], capture_output=True, text=True,
-                         timeout=300, env=env, cwd=str(REPO))
+    out = subprocess.run([str(MAIN_PY), "-c", script], capture_output=True, text=True,
+                         timeout=timeout, env=env, cwd=str(REPO))
     assert out.returncode == 0, out.stderr[-3000:]
-    results = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_standin_equals_upstream_triton_kernels_under_interpreter():
+    results = run_reference(REFERENCE_SCRIPT)
     assert len(results) == 12
     assert all(ok for _, _, ok in results), results
 

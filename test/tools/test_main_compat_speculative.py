@@ -11,13 +11,11 @@ Skips with ``test_main_compat.py`` when ``.venv-main`` does not exist.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import textwrap
 
 import pytest
 import torch
-from test_main_compat import MAIN_PY, REPO, _main_env, sk
+from test_main_compat import run_reference, sk
 
 spec = sk.speculative
 
@@ -248,13 +246,7 @@ print(json.dumps(res))
 
 
 def test_speculative_standins_equal_upstream_triton_kernels_under_interpreter():
-    env = _main_env()
-    env["SGLANG_USE_CPU_ENGINE"] = "0"  # import the Triton modules without the CPU branch
-    env["TRITON_INTERPRET"] = "1"
-    out = subprocess.run([str(MAIN_PY), "-c", REFERENCE_SCRIPT], capture_output=True, text=True,
-                         timeout=600, env=env, cwd=str(REPO))
-    assert out.returncode == 0, out.stderr[-3000:]
-    results = json.loads(out.stdout.strip().splitlines()[-1])
+    results = run_reference(REFERENCE_SCRIPT)
     kinds = {r[0] for r in results}
     assert kinds == {"reconstruct", "verify", "build_tree", "draft_locs", "extend_locs",
                      "accept_loc", "bonus"}, kinds
