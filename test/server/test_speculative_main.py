@@ -93,9 +93,10 @@ def _boot(python, args, env=None):
 
 
 def _audited_reads(log: str) -> dict:
-    """``{backend: (reads, dead)}``: the last count the SWA read audit logged per backend."""
+    """``{kind: (reads, dead)}``: the last count the SWA read audit logged per kind of read
+    (``decode``: the drafter's steps under Frozen-KV MTP; ``verify``: the target's)."""
     counts = {}
-    for m in re.finditer(r"\[swa_read_audit\] pid=\d+ backend (B\d+): (\d+) reads, (\d+) dead",
+    for m in re.finditer(r"\[swa_read_audit\] pid=\d+ (decode|verify): (\d+) reads, (\d+) dead",
                          log):
         counts[m.group(1)] = (int(m.group(2)), int(m.group(3)))
     return counts
@@ -280,6 +281,9 @@ def _mtp(python, args):
     path, server = _boot(python, [*args, *frozen_kv_mtp_args(assistant)],
                          env={"PYTHONPATH": str(REPO_ROOT / AUDIT)})
     seq, _ = make_workload(real_vocab(path))
+    rng = random.Random(3)
+    # past main's decode SWA evictor (every 128 tokens): the drafter reads behind a freed region
+    seq = [*seq, ("long", [rng.randrange(4, real_vocab(path)) for _ in range(150)], 300, "cold")]
     with server as srv:
         flush_cache_when_idle(srv)
         outs = {name: srv.generate(ids, n) for name, ids, n, _ in seq}
@@ -311,15 +315,20 @@ def test_frozen_kv_mtp_outputs_equal_transformers_and_stock(mtp, mtp_stock):
     assert not fewer, f"islands hit less than stock main (islands, stock): {fewer}"
 
 
-def test_the_drafter_and_the_target_read_only_live_swa_kv(mtp, mtp_stock):
-    """Gemma 4's assistant reads the target's sliding window (one key further back than the
-    target's own window): every read of a sliding layer, the draft's and the target's, lands on
-    a live SWA slot, on both arms (``test/shims/swa_read_audit_main``)."""
+def test_with_islands_the_drafter_and_the_target_read_only_live_swa_kv(mtp, mtp_stock):
+    """Gemma 4's assistant reads the target's sliding window, one key further back than the
+    target's own (its query sits at the last committed position). With islands every read of a
+    sliding layer, the draft's and the target's, lands on a live SWA slot
+    (``test/shims/swa_read_audit_main``). Stock main's target does too; its drafter's oldest key
+    is freed by main's decode evictor once a request decodes past it (docs/MAIN.md), which costs
+    drafts, not outputs, and is not asserted here."""
     for arm in (mtp, mtp_stock):
-        assert "first dead read" not in arm["log"]
         counts = _audited_reads(arm["log"])
-        assert len(counts) == 2, counts  # the target's backend and the draft's
-        assert all(reads > 0 and dead == 0 for reads, dead in counts.values()), counts
+        assert set(counts) == {"decode", "verify"}, counts  # the drafter's and the target's
+        assert all(reads > 0 for reads, _ in counts.values()), counts
+        assert counts["verify"][1] == 0, counts  # the target reads live KV on both arms
+    assert "first dead read" not in mtp["log"]
+    assert _audited_reads(mtp["log"])["decode"][1] == 0
 
 
 def test_frozen_kv_mtp_accepts_drafts_and_islands_accept_at_least_as_much(mtp, mtp_stock):

@@ -59,7 +59,8 @@ RENDERED = (
              "prefix_reuse_sim_main_24seeds_latency2", "prefix_reuse_sim_main_hicache")
     + _cases("admission.report", "to_markdown",
              "admission", "admission_agent_while_running", "admission_quick",
-             "admission_quick_main", "admission_quick_main_auto", "admission_quick_main_gemma4")
+             "admission_quick_main", "admission_quick_main_auto", "admission_quick_main_gemma4",
+             "admission_quick_main_gemma4_ngram")
     + _cases("cache_cost.report", "to_markdown", "cache_cost", "cache_cost_before")
     + _cases("cache_cost.main_target", "report", "cache_cost_main", "cache_cost_main_chunk256",
              "cache_cost_main_chunk512", "cache_cost_main_interval64")

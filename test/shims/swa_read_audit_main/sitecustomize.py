@@ -10,9 +10,11 @@ slot mapping; a freed slot maps to 0, the pool's padding row. Around the backend
 (``_run_sdpa_forward_decode``: plain decode and the Frozen-KV MTP draft's steps; the positions
 the window admits, the last ``sliding_window_size + 1`` of ``seq_lens``) and target verify
 (``_run_sdpa_forward_target_verify``: the committed positions the root draft's window admits),
-for every request of a sliding layer it maps those positions and counts the ones mapped to 0: a read of freed (or never written) SWA KV. Per backend instance (the target's
-and the draft's are two), reads and dead reads; a log line ``[swa_read_audit] backend B: N
-reads, D dead (first dead: ...)`` every 200 calls and at every first dead read.
+for every request of a sliding layer it maps those positions and counts the ones mapped to 0:
+a read of freed (or never written) SWA KV. Per kind of read (``decode``: plain decoding's target
+or a speculative drafter's steps; ``verify``: the target under speculative decoding), reads and
+dead reads; a log line ``[swa_read_audit] KIND: N reads, D dead`` every 200 calls, and one at
+the first dead read of a kind.
 """
 
 from __future__ import annotations
@@ -30,15 +32,15 @@ def _say(msg: str) -> None:
     print(f"[swa_read_audit] pid={os.getpid()} {msg}", file=sys.stderr, flush=True)
 
 
-def _audit(backend, req_to_token, req_pool_indices, seq_lens, window) -> None:
+def _audit(backend, req_to_token, req_pool_indices, seq_lens, window, kind: str) -> None:
     import torch
 
     pool = backend.token_to_kv_pool
     mapping = getattr(pool, "full_to_swa_index_mapping", None)
     if mapping is None or window is None or window < 0:
         return
-    st = STATS.setdefault(id(backend), {"calls": 0, "reads": 0, "dead": 0, "first": None,
-                                       "name": f"B{len(STATS)}"})
+    st = STATS.setdefault(kind, {"calls": 0, "reads": 0, "dead": 0, "first": None,
+                                 "name": kind})
     st["calls"] += 1
     for i in range(len(seq_lens)):
         end = int(seq_lens[i])  # the last position the window admits, plus one
@@ -50,10 +52,9 @@ def _audit(backend, req_to_token, req_pool_indices, seq_lens, window) -> None:
             st["dead"] += dead
             if st["first"] is None:
                 st["first"] = f"positions [{start}, {end}) of row {int(req_pool_indices[i])}"
-                _say(f"backend {st['name']}: first dead read, {dead} of {ids.numel()} at "
-                     f"{st['first']}")
+                _say(f"{st['name']}: first dead read, {dead} of {ids.numel()} at {st['first']}")
     if st["calls"] % 200 == 0:
-        _say(f"backend {st['name']}: {st['reads']} reads, {st['dead']} dead")
+        _say(f"{st['name']}: {st['reads']} reads, {st['dead']} dead")
 
 
 def install(module) -> None:
@@ -65,7 +66,7 @@ def install(module) -> None:
                *args, **kwargs):
         if kwargs.get("is_swa_layer"):
             _audit(self, req_to_token, req_pool_indices, seq_lens,
-                   kwargs.get("sliding_window_size"))
+                   kwargs.get("sliding_window_size"), "decode")
         return real_decode(self, query, output, k_cache, v_cache, req_to_token,
                            req_pool_indices, seq_lens, *args, **kwargs)
 
@@ -76,15 +77,15 @@ def install(module) -> None:
                 # the committed keys the root draft's window admits: [L - w_left, L)
                 window = kwargs.get("sliding_window_size")
                 _audit(self, self.req_to_token_pool.req_to_token, forward_batch.req_pool_indices,
-                       forward_batch.seq_lens, None if window is None else window - 1)
+                       forward_batch.seq_lens, None if window is None else window - 1, "verify")
             return real_verify(self, query, output, k_cache, v_cache, forward_batch, *args,
                                **kwargs)
 
         cls._run_sdpa_forward_target_verify = verify
     import atexit
 
-    atexit.register(lambda: [_say(f"backend {s['name']}: {s['reads']} reads, {s['dead']} dead "
-                                  "(at exit)") for s in STATS.values()])
+    atexit.register(lambda: [_say(f"{s['name']}: {s['reads']} reads, {s['dead']} dead (at exit)")
+                             for s in STATS.values()])
     _say("installed")
 
 
