@@ -11,7 +11,7 @@ HiCache, so does the host tier's usage.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from .boot import POOL_GAUGES, BootData, Metrics, fmt_pool
 from .compare import expected_status
@@ -125,10 +125,29 @@ def depth_evidence(page: int, reqs: list[Req], on: BootData, interval: int,
     return problems
 
 
+BIGRAM_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "FROZEN_KV_MTP")
+"""Speculative algorithms whose radix keys are token bigrams (sglang's
+``SpeculativeAlgorithm.is_eagle``; NEXTN is EAGLE's alias, and EAGLE with a Gemma 4 assistant
+draft is promoted to FROZEN_KV_MTP)."""
+
+
+def bigram_keys(server_args: Sequence[str]) -> bool:
+    """Whether a server started with ``server_args`` keys its radix tree by token bigrams: a
+    match then ends one token short of a shared prefix's end, islands on or off (the last shared
+    token's key pairs it with the token after it)."""
+    args = list(server_args)
+    for i, arg in enumerate(args):
+        if arg == "--speculative-algorithm" and i + 1 < len(args):
+            return args[i + 1].upper() in BIGRAM_ALGORITHMS
+        if arg.startswith("--speculative-algorithm="):
+            return arg.split("=", 1)[1].upper() in BIGRAM_ALGORITHMS
+    return False
+
+
 def junction_evidence(page: int, reqs: list[Req], on: BootData, label: str,
-                      off: Optional[BootData]) -> list[str]:
-    """Junction hits end exactly at the branch point (rounded down to a page), also after
-    pressure reclaimed the cold tier."""
+                      off: Optional[BootData], bigram: bool = False) -> list[str]:
+    """Junction hits end exactly at the branch point (rounded down to a page; with bigram keys,
+    the token before it), also after pressure reclaimed the cold tier."""
     names = {r.name: r for r in reqs}
     if "j_probe" not in names or "j_base" not in names:
         return []
@@ -137,7 +156,7 @@ def junction_evidence(page: int, reqs: list[Req], on: BootData, label: str,
     pa, pb = on.prompts["j_base"], on.prompts["j_probe"]
     while shared < min(len(pa), len(pb)) and pa[shared] == pb[shared]:
         shared += 1
-    junction = shared // page * page
+    junction = (shared - (1 if bigram else 0)) // page * page
     for name in ("j_probe", "jp_probe"):
         if name not in names:
             continue
@@ -163,11 +182,12 @@ def counter_evidence(page: int, counters: Optional[dict[str, float]], label: str
 
 
 def evidence(page: int, steps: list[Step], on: BootData, counters, interval: int,
-             label: str, off: Optional[BootData] = None) -> list[str]:
-    """What the islands boot must show, or the gate proved nothing."""
+             label: str, off: Optional[BootData] = None, bigram: bool = False) -> list[str]:
+    """What the islands boot must show, or the gate proved nothing (``bigram``: the servers key
+    their radix trees by token bigrams, :func:`bigram_keys`)."""
     reqs = all_reqs(steps)
     return (cache_hit_evidence(page, reqs, on, label)
             + decode_island_evidence(page, reqs, on, label, off)
             + depth_evidence(page, reqs, on, interval, label)
-            + junction_evidence(page, reqs, on, label, off)
+            + junction_evidence(page, reqs, on, label, off, bigram)
             + counter_evidence(page, counters, label))

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from .boot import Boot, BootData, Served
 from .compare import evaluate
-from .evidence import (conservation_check, evidence, island_counters,
+from .evidence import (bigram_keys, conservation_check, evidence, island_counters,
                                     print_conservation)
 from .oracle import Oracle
 from .setup import (fingerprint, model_hash, model_window, say, server_python,
@@ -257,7 +257,7 @@ def judge_page(plan: Plan, page: int, boots: list[Boot], off: BootData, on: Boot
     tally.notes += n_page
     counters = island_counters(on.metrics_end)
     tally.failures += evidence(page, plan.steps, on_data, counters, args.decode_interval,
-                               on_label, off)
+                               on_label, off, bigram=bigram_keys(on.server_args))
     tally.failures += boot_checks(page, boots)
     say_kv_kept(boots, on_label)
     if on.shim:
