@@ -1,5 +1,6 @@
 """The equality gate's conservation check on the pools' gauge readings, with and without
-HiCache's host tier (islands_tools.equality_gate.evidence.conservation_check)."""
+HiCache's host tier (islands_tools.equality_gate.evidence.conservation_check), and its junction
+evidence under bigram radix keys (EAGLE-family speculative decoding)."""
 
 from islands_tools.equality_gate.evidence import conservation_check
 
