@@ -82,7 +82,7 @@ FLEET = ("fleet_quick", "fleet_quick_repeat", "fleet_quick_window")
 """Regenerated in ``test_fleet.py::test_committed_result_regenerates_byte_identical``."""
 
 ANALYSES = {
-    "equality_gate_main": "the 0.5.23 gate's runs: equality_gate_main_{quick,window,full_p16,control,hicache,ngram,ngram_control}.json",
+    "equality_gate_main": "the 0.5.23 gate's runs: equality_gate_main_{quick,window,full_p16,control,hicache,ngram,ngram_control,mtp,mtp_control}.json",
     "mutation_report": "the cosmic-ray run of scripts/mutation.sh, with a verdict per survivor",
     "prefix_reuse_repeats": "repeated prefix_reuse runs on 0.5.15, each with its own JSON + md",
     "prefix_reuse_repeats_main": "repeated runs on 0.5.23: prefix_reuse_repeats_main_{queued,launched,reserve}/*.json",
