@@ -55,13 +55,13 @@ def reconstruct_indices_from_tree_mask(
     mask = tree_mask.reshape(-1)[: batch_size * n * n].view(batch_size, n, n).bool()
     idx = torch.arange(n)
     below = idx.view(1, n) < idx.view(n, 1)  # [i, j]: j < i
-    anc = mask & below  # [b, i, j]: j a strict ancestor of i
-    depth = anc.sum(dim=2)
+    ancestor = mask & below  # [b, i, j]: j a strict ancestor of i
+    depth = ancestor.sum(dim=2)
     seq = verified_seq_len.reshape(-1)[:batch_size].to(torch.int64).view(batch_size, 1)
     cols = idx.view(1, 1, n).expand(batch_size, n, n)
-    parent = torch.where(anc, cols, torch.full_like(cols, -1)).amax(dim=2)  # [b, i]
+    parent = torch.where(ancestor, cols, torch.full_like(cols, -1)).amax(dim=2)  # [b, i]
     rows = idx.view(1, n, 1).expand(batch_size, n, n)
-    first_child = torch.where(anc, rows, torch.full_like(rows, n)).amin(dim=1)  # [b, tid]
+    first_child = torch.where(ancestor, rows, torch.full_like(rows, n)).amin(dim=1)  # [b, tid]
     next_token = torch.where(first_child < n, first_child, torch.full_like(first_child, -1))
     same = (parent.unsqueeze(2) == parent.unsqueeze(1)) & below.unsqueeze(0)  # [b, k, tid]
     sibling = torch.where(same, rows, torch.full_like(rows, n)).amin(dim=1)

@@ -123,10 +123,11 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
                     eviction, _auto_reason(params.swa_islands_eviction, fits),
                     self.decode_island_interval)
         if eviction == "window" and swa_tree:
-            logger.info("SWA islands: the window order runs on the Python tree core, not the "
-                        "Rust one: a match costs 5-12x, one request's cache work 0.34-1.22x "
-                        "stock main's on that core; --swa-islands-eviction lru keeps the Rust "
-                        "core")
+            logger.info(
+                "SWA islands: the window order runs on the Python tree core, not the "
+                "Rust one: a match costs 5-12x, one request's cache work 0.34-1.22x "
+                "stock main's on that core; --swa-islands-eviction lru keeps the Rust core"
+            )
 
     # ---- reclaim --------------------------------------------------------------------------------
 

@@ -44,7 +44,9 @@ class TestFrozenKVMTPNonOverlap(CustomTestCase):
         self.assertFalse(resolving_view(args).disable_overlap_schedule)
 
     def test_the_worker_takes_the_non_overlap_schedulers_keyword(self):
-        params = inspect.signature(FrozenKVMTPWorkerV2.forward_batch_generation).parameters
+        params = inspect.signature(
+            FrozenKVMTPWorkerV2.forward_batch_generation
+        ).parameters
         self.assertIn("pp_proxy_tensors", params)
         self.assertIsNone(params["pp_proxy_tensors"].default)
 

@@ -8,7 +8,6 @@ import unittest
 from types import SimpleNamespace as NS
 
 import torch
-
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
@@ -22,7 +21,13 @@ except ImportError:  # test_utils needs the benchmark extras (e.g. datasets)
 
 register_cpu_ci(est_time=5, suite="base-a-test-cpu")
 
-HQ, HKV, D, W, P = 4, 2, 8, 3, 8  # query heads, KV heads, head dim, window_left, prefix tokens
+HQ, HKV, D, W, P = (
+    4,
+    2,
+    8,
+    3,
+    8,
+)  # query heads, KV heads, head dim, window_left, prefix tokens
 SWA_LAYER, FULL_LAYER = 0, 1
 # Drafts: 0 -> 1 -> 3 -> 5, 0 -> 2, 1 -> 4. Row i marks i and its ancestors.
 PARENT = [-1, 0, 0, 1, 1, 3]
@@ -95,7 +100,9 @@ class TestTorchNativeTargetVerify(CustomTestCase):
         loc = self.full[:P]
         swa_loc = self.pool.translate_loc_from_full_to_swa(loc)
         self.pool.set_kv_buffer(layer, KVWriteLoc(loc, swa_loc), self.k[:P], self.v[:P])
-        spec_info = NS(draft_token_num=N, tree_topk=tree_topk, custom_mask=mask.reshape(-1))
+        spec_info = NS(
+            draft_token_num=N, tree_topk=tree_topk, custom_mask=mask.reshape(-1)
+        )
         depth = mask.sum(dim=1) - 1
         fb = NS(
             forward_mode=NS(is_target_verify=lambda: True),
@@ -142,7 +149,9 @@ class TestTorchNativeTargetVerify(CustomTestCase):
 
     def test_chain_when_tree_topk_is_one(self):
         """tree_topk 1: the drafts are a chain (causal), whatever the mask says."""
-        out = self._verify(SWA_LAYER, tree_topk=1, mask=torch.zeros(N, N, dtype=torch.bool))
+        out = self._verify(
+            SWA_LAYER, tree_topk=1, mask=torch.zeros(N, N, dtype=torch.bool)
+        )
         expected = torch.stack(
             [self._reference(SWA_LAYER, i, list(range(i + 1))) for i in range(N)]
         )
