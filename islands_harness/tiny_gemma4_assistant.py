@@ -58,13 +58,16 @@ def assistant_text_config(target_text: dict, *, hidden: int, layer_types: list[s
             "final_logit_softcapping", "max_position_embeddings", "rope_parameters",
             "hidden_activation", "rms_norm_eps", "pad_token_id", "bos_token_id", "eos_token_id")
     text = {k: target_text[k] for k in keys if k in target_text}
-    # The saved target states its full-attention shape as `per_layer_config` overrides (HF
-    # consumes `global_head_dim` / `num_global_key_value_heads` into it); restate them.
+    # The target's full-attention shape: transformers 5.12 saves `global_head_dim` /
+    # `num_global_key_value_heads`, 5.19 consumes them into `per_layer_config` overrides; the
+    # target may have been written by either, so read both.
     full = [i for i, t in enumerate(target_text["layer_types"]) if t == "full_attention"]
     over = (target_text.get("per_layer_config") or {}).get(str(full[-1]), {})
-    text["global_head_dim"] = over.get("head_dim", target_text["head_dim"])
-    text["num_global_key_value_heads"] = over.get("num_key_value_heads",
-                                                  target_text["num_key_value_heads"])
+    text["global_head_dim"] = over.get(
+        "head_dim", target_text.get("global_head_dim") or target_text["head_dim"])
+    text["num_global_key_value_heads"] = over.get(
+        "num_key_value_heads",
+        target_text.get("num_global_key_value_heads") or target_text["num_key_value_heads"])
     text.update(model_type="gemma4_text", hidden_size=hidden, intermediate_size=2 * hidden
                 if hidden != target_text["hidden_size"] else target_text["intermediate_size"],
                 num_hidden_layers=len(layer_types), layer_types=list(layer_types),
@@ -84,7 +87,7 @@ def shape_digest(target_dir: pathlib.Path, init: str, hidden: int, ordered: bool
                  centroids: int, top_k: int, seed: int) -> str:
     marker = json.loads((target_dir / MARKER).read_text())
     spec = [_target_text(target_dir), marker, init, hidden, ordered, centroids, top_k, seed,
-            WEIGHT_STD, 3]
+            WEIGHT_STD, 4]
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
 
 
@@ -114,7 +117,10 @@ def _derive(model, target_dir: pathlib.Path) -> None:
             if not name.startswith("model."):
                 continue
             src = pre + name[len("model."):]
-            if src in sd and sd[src].shape == t.shape:
+            if src in sd:
+                if sd[src].shape != t.shape:  # a geometry the config did not carry over
+                    raise ValueError(f"{name}: {tuple(t.shape)} != the target's "
+                                     f"{tuple(sd[src].shape)}")
                 t.copy_(sd[src])
         for i, layer in enumerate(model.model.layers):
             if i < n - 2:  # their own K/V is not readable: attention off, MLP kept

@@ -63,3 +63,24 @@ def test_a_rebuild_is_the_same_directory_and_bad_input_is_refused(built, tmp_pat
         assistant.build_tiny_gemma4_assistant(target, tmp_path / "x", init="trained")
     with pytest.raises(FileNotFoundError, match="not a finished tiny checkpoint"):
         assistant.build_tiny_gemma4_assistant(tmp_path, tmp_path / "y")
+
+
+def test_the_assistant_is_the_same_whichever_transformers_wrote_the_target(tmp_path):
+    """transformers 5.12 (.venv) saves the target's full-attention shape as `global_head_dim`,
+    5.19 (.venv-main) as `per_layer_config`; CI builds the target with either. A drafter built
+    from the 5.12 target once got the sliding head_dim on its full layer, kept random weights
+    there, and crashed the Frozen-KV MTP boot."""
+    import subprocess
+    import sys
+
+    made = {}
+    for tag, python in (("5.12", sys.executable), ("5.19", str(MAIN_ISLANDS_PYTHON))):
+        target = tmp_path / f"target-{tag}"
+        subprocess.run([python, "-m", "islands_harness.tiny_gemma4", "--out", str(target)],
+                       check=True, capture_output=True)
+        made[tag] = assistant.build_tiny_gemma4_assistant(target, tmp_path / f"assistant-{tag}")
+    versions = {json.loads((tmp_path / f"target-{t}" / "config.json").read_text())
+                ["transformers_version"] for t in made}
+    assert len(versions) == 2, versions  # the two writers really differ
+    blobs = {t: (p / "model.safetensors").read_bytes() for t, p in made.items()}
+    assert blobs["5.12"] == blobs["5.19"]
