@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from sglang.srt.arg_groups.overrides import resolving_view
 from sglang.srt.mem_cache.swa_island_formulas import EVICTION_ORDERS, RECLAIM_POLICIES
@@ -86,16 +86,25 @@ def hicache_conflict(cfg: Any) -> Optional[str]:
     return None
 
 
+def _declared_defaults() -> Dict[str, Any]:
+    """The declared default of each server argument, by field name (``ServerArgs`` is a
+    ``msgspec`` struct: its public field API)."""
+    import msgspec
+
+    from sglang.srt.server_args import ServerArgs
+
+    return {f.name: f.default for f in msgspec.structs.fields(ServerArgs)}
+
+
 def handle_swa_islands(server_args: Any, environ: Optional[Mapping[str, str]] = None) -> None:
     """Refuse an island configuration the island path does not cover; without the flag, say
     that its settings are ignored (a rollback drops the flag and may leave them in place)."""
-    from sglang.srt.server_args import _defaults  # the declared defaults, by field name
-
     cfg = resolving_view(server_args)
     if not cfg.enable_swa_islands:
+        defaults = _declared_defaults()
         if (cfg.swa_islands_decode_interval is not None
-                or cfg.swa_islands_reclaim != _defaults["swa_islands_reclaim"]
-                or cfg.swa_islands_eviction != _defaults["swa_islands_eviction"]):
+                or cfg.swa_islands_reclaim != defaults["swa_islands_reclaim"]
+                or cfg.swa_islands_eviction != defaults["swa_islands_eviction"]):
             logger.warning("--swa-islands-decode-interval, --swa-islands-reclaim and "
                            "--swa-islands-eviction take effect only with %s; ignored.", FLAG)
         return
