@@ -59,8 +59,7 @@ class CandidateLRUList(UnifiedLRUList):
         super().__init__(component_type, component_types, is_referenced=is_referenced)
         self._on_add = on_add
 
-    def _add_node_after(self, prev_node, new_node) -> None:
-        super()._add_node_after(prev_node, new_node)
+    def on_node_added(self, prev_node, new_node) -> None:
         if new_node.id in self.cache:
             self._on_add(prev_node if prev_node.id in self.cache else None, new_node)
 
