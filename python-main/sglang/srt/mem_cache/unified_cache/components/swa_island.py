@@ -128,6 +128,7 @@ class SWAIslandComponent(SWAComponent):
     def __init__(self, cache, params):
         super().__init__(cache, params)
         self._walk_cursor = None
+        self._walk_tokens = 0  # tokens the current eviction call frees
         self._walk_done = False  # this call's walk over everything but queued hits met its end
         self._queued_walk: Optional[Iterator] = None  # this call's queued hits left, latest first
         self._clock = 0  # the last touch given
@@ -336,6 +337,7 @@ class SWAIslandComponent(SWAComponent):
 
     def _evict_device_start(self, request_cnt: int) -> None:
         super()._evict_device_start(request_cnt)
+        self._walk_tokens = request_cnt  # tokens this call frees
         self._walk_cursor = None  # upstream's walk of this call: not started
         self._walk_done = False
         self._queued_walk = None
@@ -350,7 +352,7 @@ class SWAIslandComponent(SWAComponent):
         window; a queued hit's eviction restarts the walk, since what it uncovered may be another
         match end's window, which goes before the next queued hit."""
         if (self.tree_core.enable_session_radix_cache
-                or tracker[self.component_type] >= self._evict_device_request_cnt):
+                or tracker[self.component_type] >= self._walk_tokens):
             return super()._evict_device_next_node(tracker, device_frees, host_frees,
                                                    cache_actions)
         # a candidate victim is an internal node (leaves are WINDOW): upstream's step tombstones it
@@ -440,10 +442,8 @@ class SWAIslandComponent(SWAComponent):
         tail = -(-tail // page) * page
         if not self._has_cold_head(len(node.key), tail):
             return None
-        head, action = self.tree_core._split_node(node.key, node, len(node.key) - tail)
-        if action is not None:  # a pending host backup of node: its ack covers both halves
-            self.cache._apply_cache_action(action)
-        return head
+        # a pending host backup of node: its ack covers both halves
+        return self.cache.split_node(node, len(node.key) - tail)
 
     def _has_cold_head(self, length: int, tail: int) -> bool:
         """Whether a live node of ``length`` tokens whose last ``tail`` a window needs has a head
@@ -472,9 +472,7 @@ class SWAIslandComponent(SWAComponent):
         while cur is not root and covered < need:
             length = len(cur.key)
             if covered + length > need and cur.component_data[ct].value is not None:
-                _, action = self.tree_core._split_node(cur.key, cur, covered + length - need)
-                if action is not None:
-                    self.cache._apply_cache_action(action)
+                self.cache.split_node(cur, covered + length - need)
                 return
             covered += length
             cur = cur.parent
