@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-from sglang.srt.mem_cache.common import _req_radix_key
+from sglang.srt.mem_cache.common import req_radix_key
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.swa_island_formulas import (
     EVICTION_ORDERS,
@@ -158,7 +158,7 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         """Match ``req`` once (``match_prefix``, as admission will) and file the match end as its
         queued hit, under the child key its next page would continue on."""
         token_ids = req.origin_input_ids + req.output_ids
-        result = self.match_prefix(MatchPrefixParams(key=_req_radix_key(self, req, token_ids)))
+        result = self.match_prefix(MatchPrefixParams(key=req_radix_key(self, req, token_ids)))
         node = self.resolve_node_handle(result.last_device_node)
         hit, page = result.device_prefix_len, self.page_size
         is_eagle = self.tree_core.is_eagle
