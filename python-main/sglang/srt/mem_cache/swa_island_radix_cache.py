@@ -62,8 +62,11 @@ def _auto_reason(eviction: str, fits: bool) -> str:
     """What the log says after a resolved ``auto`` eviction order."""
     if eviction != "auto":
         return ""
-    return (" (auto: the SWA pool keeps a chunk per running request)" if fits else
-            " (auto: the SWA pool cannot keep a chunk per running request)")
+    return (
+        " (auto: the SWA pool keeps a chunk per running request)"
+        if fits
+        else " (auto: the SWA pool cannot keep a chunk per running request)"
+    )
 
 
 class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
@@ -74,19 +77,26 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
 
     def __init__(self, params: CacheInitParams):
         if params.swa_islands_eviction not in EVICTION_ORDERS:
-            raise ValueError(f"swa_islands_eviction must be one of {EVICTION_ORDERS}, "
-                             f"got {params.swa_islands_eviction!r}")
+            raise ValueError(
+                f"swa_islands_eviction must be one of {EVICTION_ORDERS}, "
+                f"got {params.swa_islands_eviction!r}"
+            )
         swa_tree = ComponentType.SWA in (params.tree_components or ())
         # Whether the SWA pool keeps one chunk live per running request (``lazy_reclaim_fits``):
         # it resolves ``auto`` of both settings.
         fits = swa_tree and lazy_reclaim_fits(
-            params.token_to_kv_pool_allocator.size_swa, params.req_to_token_pool.size,
-            params.chunked_prefill_size, params.page_size)
+            params.token_to_kv_pool_allocator.size_swa,
+            params.req_to_token_pool.size,
+            params.chunked_prefill_size,
+            params.page_size,
+        )
         eviction = resolve_eviction(params.swa_islands_eviction, fits or not swa_tree)
         reclaim = params.swa_islands_reclaim or default_reclaim(eviction)
         if reclaim not in RECLAIM_POLICIES:
-            raise ValueError(f"swa_islands_reclaim must be one of {RECLAIM_POLICIES}, "
-                             f"got {params.swa_islands_reclaim!r}")
+            raise ValueError(
+                f"swa_islands_reclaim must be one of {RECLAIM_POLICIES}, "
+                f"got {params.swa_islands_reclaim!r}"
+            )
         if eviction == "window" and swa_tree:
             # Upstream's extension point for a component; it selects the Python tree core.
             params.component_registry_override = {
@@ -101,7 +111,9 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
             params.chunked_prefill_size, params.swa_islands_decode_interval
         )
         # Free SWA tokens below which ``auto`` frees at the commit: one prefill chunk.
-        self.reclaim_watermark = reclaim_watermark(params.chunked_prefill_size, self.page_size)
+        self.reclaim_watermark = reclaim_watermark(
+            params.chunked_prefill_size, self.page_size
+        )
         # Whether ``auto`` may leave chunks live at all: only where the SWA pool keeps one chunk
         # per running request (main's single SWA LRU list would evict them with their windows).
         self.lazy_reclaim_fits = self.is_swa_enabled and fits
@@ -115,13 +127,18 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         self._swa_island_component = (
             self.components[ComponentType.SWA]
             if eviction == "window" and ComponentType.SWA in self.components
-            else None)
+            else None
+        )
         if self._islands_active:
             check_swa_island_pool(self, params.chunked_prefill_size)
-        logger.info("SWA islands: reclaim %s%s, eviction %s%s, decode island every %d tokens",
-                    reclaim, "" if params.swa_islands_reclaim else " (the default for it)",
-                    eviction, _auto_reason(params.swa_islands_eviction, fits),
-                    self.decode_island_interval)
+        logger.info(
+            "SWA islands: reclaim %s%s, eviction %s%s, decode island every %d tokens",
+            reclaim,
+            "" if params.swa_islands_reclaim else " (the default for it)",
+            eviction,
+            _auto_reason(params.swa_islands_eviction, fits),
+            self.decode_island_interval,
+        )
         if eviction == "window" and swa_tree:
             logger.info(
                 "SWA islands: the window order runs on the Python tree core, not the "
@@ -142,14 +159,18 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
             return False
         if self.swa_islands_reclaim == "eager" or not self.lazy_reclaim_fits:
             return True
-        return self.token_to_kv_pool_allocator.swa_available_size() < self.reclaim_watermark
+        return (
+            self.token_to_kv_pool_allocator.swa_available_size()
+            < self.reclaim_watermark
+        )
 
     # ---- queued hits (window order) ---------------------------------------------------------------
 
     def on_request_queued(self, req: "Req") -> None:
         """``req`` joined the waiting queue (new, or retracted and queued again, then at the end):
         the node its match ends at becomes its queued hit, whose window eviction takes last, until
-        its first checkpoint (admission locks its own match before that) or its release."""
+        its first checkpoint (admission locks its own match before that) or its release.
+        """
         if self._swa_island_component is None or self.disable:
             return
         self._queue_match(req)
@@ -158,15 +179,18 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         """Match ``req`` once (``match_prefix``, as admission will) and file the match end as its
         queued hit, under the child key its next page would continue on."""
         token_ids = req.origin_input_ids + req.output_ids
-        result = self.match_prefix(MatchPrefixParams(key=req_radix_key(self, req, token_ids)))
+        result = self.match_prefix(
+            MatchPrefixParams(key=req_radix_key(self, req, token_ids))
+        )
         node = self.resolve_node_handle(result.last_device_node)
         hit, page = result.device_prefix_len, self.page_size
         is_eagle = self.tree_core.is_eagle
-        nxt = token_ids[hit: hit + page + (1 if is_eagle else 0)]
+        nxt = token_ids[hit : hit + page + (1 if is_eagle else 0)]
         edge = None
         if len(nxt) >= page + (1 if is_eagle else 0):
-            edge = RadixKey(nxt, req.extra_key, is_bigram=is_eagle,
-                            cache_salt=req.cache_salt).child_key(page)
+            edge = RadixKey(
+                nxt, req.extra_key, is_bigram=is_eagle, cache_salt=req.cache_salt
+            ).child_key(page)
         self._swa_island_component.queued.set(req, node, edge)
 
     def checkpoint_into_tree(self, req: "Req", *, up_to: int, **kwargs) -> None:
@@ -192,9 +216,13 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         branch is in). Example: page 1, a 1,137-token prompt whose match hit 775 tokens and whose
         Full KV hit ran to 887: ``[0, 887)``, then ``[887, 1137)``. Why: docs/MAIN_DESIGN.md,
         "The island cache"."""
-        return (self._islands_active and branching is not None
-                and req.swa_branching_seqlen is None and not req.finished()
-                and req.kv.cache_protected_len < up_to // self.page_size * self.page_size)
+        return (
+            self._islands_active
+            and branching is not None
+            and req.swa_branching_seqlen is None
+            and not req.finished()
+            and req.kv.cache_protected_len < up_to // self.page_size * self.page_size
+        )
 
     def on_release(self, req: "Req", *, checkpointed: bool) -> None:
         if self._swa_island_component is not None:
@@ -211,10 +239,16 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         if component is None or self.disable or running_batch.is_empty():
             return 0
         allocator = self.token_to_kv_pool_allocator
-        held = allocator.size_swa - allocator.swa_available_size() - self.swa_evictable_size()
+        held = (
+            allocator.size_swa
+            - allocator.swa_available_size()
+            - self.swa_evictable_size()
+        )
         window = window_lock_tokens(self.sliding_window_size, self.page_size)
         limit = -(-held // window)
-        hits = component.spendable_queued_hits(limit, limit + running_batch.batch_size() + 1)
+        hits = component.spendable_queued_hits(
+            limit, limit + running_batch.batch_size() + 1
+        )
         return queued_hit_reserve(hits, self.sliding_window_size, self.page_size, held)
 
     # ---- decode islands -------------------------------------------------------------------------
@@ -223,7 +257,8 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         """After a decode step of the running ``req`` (the scheduler calls it once per running
         request and step, so it is on the decode hot path): lay a decode island when one is due,
         then release the latest island's window lock once the request has left it. The common
-        step (no island due, the window lock already released) reads four request fields."""
+        step (no island due, the window lock already released) reads four request fields.
+        """
         lock = req.lock
         if lock is None or not self._islands_active:
             return
@@ -237,15 +272,20 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         ):
             self.insert_decode_island(req, committed)
             lock, protected = req.lock, req.kv.cache_protected_len
-        if lock is not None and not lock.swa_released and island_out_of_window(
-            committed, protected, self._island_window, self.page_size
+        if (
+            lock is not None
+            and not lock.swa_released
+            and island_out_of_window(
+                committed, protected, self._island_window, self.page_size
+            )
         ):
             super().release_swa_prefix_lock(req)
 
     def insert_decode_island(self, req: "Req", committed: int) -> None:
         """Checkpoint ``[0, committed)`` of the request's tokens: main's own insert path (frees the
         request's SWA below the frontier as tombstones, caps the new leaf at one window, moves
-        ``req.lock`` to the island and sets ``cache_protected_len`` to its page-aligned end)."""
+        ``req.lock`` to the island and sets ``cache_protected_len`` to its page-aligned end).
+        """
         req.refresh_fill_ids()  # the fill ids lag output_ids until the next prepare_for_decode
         self.checkpoint(req, up_to=committed)
 
@@ -256,6 +296,10 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
         Answers main's ``SGLANG_OPT_RELEASE_PREFILL_SWA`` (``maybe_evict_swa``), which counts
         decode batches since the prefill: under islands the lock may be a decode island's taken
         a step ago, whose window the request still reads."""
-        if island_out_of_window(committed_len(req), req.kv.cache_protected_len,
-                                self._island_window, self.page_size):
+        if island_out_of_window(
+            committed_len(req),
+            req.kv.cache_protected_len,
+            self._island_window,
+            self.page_size,
+        ):
             super().release_swa_prefix_lock(req)

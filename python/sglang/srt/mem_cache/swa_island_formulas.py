@@ -56,9 +56,12 @@ def resolve_eviction(eviction: str, lazy_fits: bool) -> str:
     walk gives up the windows that end matches together with cold SWA), else ``lru`` (no pressure
     to order, upstream's walk on its default tree core). Example: SWA pool 1,825, 16 requests,
     cp 512: ``window``; SWA pool 32,768: ``lru``. A HiCache host tier changes nothing: under
-    ``window`` each match or insert end backs up its own window (``SWAIslandComponent``)."""
+    ``window`` each match or insert end backs up its own window (``SWAIslandComponent``).
+    """
     if eviction not in EVICTION_ORDERS:
-        raise ValueError(f"eviction order must be one of {EVICTION_ORDERS}, got {eviction!r}")
+        raise ValueError(
+            f"eviction order must be one of {EVICTION_ORDERS}, got {eviction!r}"
+        )
     if eviction != "auto":
         return eviction
     return "lru" if lazy_fits else "window"
@@ -71,8 +74,11 @@ def default_reclaim(eviction: str) -> str:
     ``lru``, whose single LRU walk would give up an older window before newer cold SWA (lazy
     there loses hits upstream keeps at lean pools)."""
     if eviction not in ("lru", "window"):
-        raise ValueError(f"a resolved eviction order is lru or window, got {eviction!r}")
+        raise ValueError(
+            f"a resolved eviction order is lru or window, got {eviction!r}"
+        )
     return "lazy" if eviction == "window" else "auto"
+
 
 COLD, RETENTION, WINDOW, QUEUED = 0, 1, 2, 3
 """Eviction classes, in the order passes give them up. COLD: not known to be covered by any kept
@@ -102,7 +108,9 @@ def swa_tombstone_frontier(committed_len: int, window: int, page_size: int) -> i
     return (committed_len - live) // page_size * page_size
 
 
-def decode_island_interval(chunked_prefill_size: Optional[int], override: Optional[int] = None) -> int:
+def decode_island_interval(
+    chunked_prefill_size: Optional[int], override: Optional[int] = None
+) -> int:
     """Committed decode tokens between two decode islands: ``cp/4`` (at least 1).
 
     ``override`` wins; without chunked prefill (``None`` or ``<= 0``) the default is
@@ -124,10 +132,13 @@ def decode_island_due(committed_len: int, last_island_len: int, interval: int) -
     return committed_len - last_island_len >= interval
 
 
-def island_out_of_window(committed_len: int, island_end: int, window: int, page_size: int) -> bool:
+def island_out_of_window(
+    committed_len: int, island_end: int, window: int, page_size: int
+) -> bool:
     """Whether no token of the request, the one in flight included, reads the island ending at
     ``island_end`` any more: ``L >= end + w + p`` (``w`` to leave the window, ``p`` of slack for
-    a token already counted in ``L`` but still being written). Example: end 300, w 33, p 1: 334."""
+    a token already counted in ``L`` but still being written). Example: end 300, w 33, p 1: 334.
+    """
     return committed_len >= island_end + window + page_size
 
 
@@ -147,7 +158,9 @@ def host_backup_tokens(window: int, page_size: int) -> int:
     return _ceil_page(window, page_size) + page_size
 
 
-def queued_hit_reserve(queued_hits: int, window_left: int, page_size: int, held: int) -> int:
+def queued_hit_reserve(
+    queued_hits: int, window_left: int, page_size: int, held: int
+) -> int:
     """SWA tokens a prefill pass leaves unspent while requests run: the windows of ``queued_hits``
     distinct queued hits (one page-rounded window each, ``window_lock_tokens``), at most ``held``,
     the SWA that is neither free nor evictable (running requests' own slots and locked windows),
@@ -164,14 +177,17 @@ def reclaim_watermark(chunked_prefill_size: Optional[int], page_size: int) -> in
     committing path at the insert saves that eviction walk. Without chunked prefill: the decode
     default interval. Example: cp=16384, p=64 -> 16384; cp=500, p=16 -> 512.
     """
-    chunk = chunked_prefill_size if chunked_prefill_size and chunked_prefill_size > 0 else (
-        DEFAULT_DECODE_ISLAND_INTERVAL
+    chunk = (
+        chunked_prefill_size
+        if chunked_prefill_size and chunked_prefill_size > 0
+        else (DEFAULT_DECODE_ISLAND_INTERVAL)
     )
     return -(-chunk // page_size) * page_size
 
 
-def lazy_reclaim_fits(swa_pool: int, max_running: int, chunked_prefill_size: Optional[int],
-                      page_size: int) -> bool:
+def lazy_reclaim_fits(
+    swa_pool: int, max_running: int, chunked_prefill_size: Optional[int], page_size: int
+) -> bool:
     """Whether the SWA pool keeps one chunk live per running request, ``N * ceil_p(cp)`` tokens:
     where it does, chunks left live by ``lazy`` stay until a diverging request can hit them; where
     it does not, they are evicted under pressure. A tree that evicts SWA from one LRU list
@@ -205,7 +221,11 @@ def swa_pool_tokens(full_tokens: int, ratio: float, page: int) -> int:
     """
     _require_int("full_tokens", full_tokens, 0)
     _require_int("page", page, 1)
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+    if (
+        isinstance(ratio, bool)
+        or not isinstance(ratio, (int, float))
+        or not 0 < ratio <= 1
+    ):
         raise ValueError(f"ratio must be in (0, 1], got {ratio!r}")
     return (int(full_tokens * ratio) // page) * page
 
@@ -250,7 +270,12 @@ def island_capacity(
     """
     _require_int("swa_pool", swa_pool, 0)
     fixed = island_floor(
-        0, window, page, chunk, chunks_in_flight=chunks_in_flight, decode_tail=decode_tail
+        0,
+        window,
+        page,
+        chunk,
+        chunks_in_flight=chunks_in_flight,
+        decode_tail=decode_tail,
     )
     return max(0, (swa_pool - fixed) // (window + page + decode_tail))
 
@@ -292,8 +317,10 @@ def admission_bind(swa_pool: int, hold: float) -> float:
     admission stops at its floor. Example: 175,232 / 16,384 = 10.7.
     """
     _require_int("swa_pool", swa_pool, 0)
-    if isinstance(hold, bool) or not isinstance(hold, (int, float)) or not (
-        math.isfinite(hold) and hold > 0
+    if (
+        isinstance(hold, bool)
+        or not isinstance(hold, (int, float))
+        or not (math.isfinite(hold) and hold > 0)
     ):
         raise ValueError(f"hold must be a positive number, got {hold!r}")
     return swa_pool / hold
@@ -362,21 +389,35 @@ def island_pool_check(
     chunk = chunk if chunk is not None and chunk > 0 else page
     floor_one = island_floor(1, window, page, chunk)
     capacity = island_capacity(swa_pool, window, page, chunk)
-    numbers = dict(swa_pool=swa_pool, chunk=chunk, floor_one=floor_one, capacity=capacity,
-                   max_running=max_running)
+    numbers = dict(
+        swa_pool=swa_pool,
+        chunk=chunk,
+        floor_one=floor_one,
+        capacity=capacity,
+        max_running=max_running,
+    )
     if swa_pool < floor_one:
         need = ratio_for_swa_pool(floor_one, max(full_pool, 1), page)
-        pool = (f"--swa-full-tokens-ratio {ratio} gives an SWA pool of {swa_pool} tokens"
-                if ratio is not None else f"the SWA pool holds {swa_pool} tokens")
+        pool = (
+            f"--swa-full-tokens-ratio {ratio} gives an SWA pool of {swa_pool} tokens"
+            if ratio is not None
+            else f"the SWA pool holds {swa_pool} tokens"
+        )
         return IslandPoolCheck(
-            "refuse", ratio_needed=need, **numbers,
+            "refuse",
+            ratio_needed=need,
+            **numbers,
             message=f"{pool}, below the island floor of a single request ({floor_one} tokens: "
             f"one chunk of {chunk} + window {window} + page {page}), so no full chunk could be "
-            f"admitted. Raise --swa-full-tokens-ratio to at least {need:.2f}.")
+            f"admitted. Raise --swa-full-tokens-ratio to at least {need:.2f}.",
+        )
     if capacity < max_running:
         return IslandPoolCheck(
-            "warn", ratio_needed=None, **numbers,
+            "warn",
+            ratio_needed=None,
+            **numbers,
             message=f"the SWA pool ({swa_pool} tokens) carries about {capacity} running requests "
             f"at the island floor ({chunk} + N x {window + page} tokens), fewer than the request "
-            f"pool's {max_running}.")
+            f"pool's {max_running}.",
+        )
     return IslandPoolCheck("ok", ratio_needed=None, message="", **numbers)

@@ -26,7 +26,16 @@ queued hits that continue along its path. Standard library only; a node is any t
 """
 
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, Iterator, List, Optional
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Hashable,
+    Iterator,
+    List,
+    Optional,
+)
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
@@ -146,14 +155,17 @@ class QueuedHitIndex:
     next page (``edge``: the key the tree files that page under; in arrival order, so a refresh
     runs the same on every rank and every run). A request dropped from the queue, or
     garbage-collected while queued, leaves both. Node and request references are weak: the index
-    keeps neither alive. ``on_released(node)``: no queued request hits ``node`` any more."""
+    keeps neither alive. ``on_released(node)``: no queued request hits ``node`` any more.
+    """
 
     def __init__(self, root: Node, on_released: Callable[[Node], None]):
         self.hits = QueuedHits(root, on_released)
         self._root = root
         # node -> {edge -> {req: None}}: who waits at node to continue on edge
         self._at: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-        self._edge: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # req -> (node, edge)
+        self._edge: "weakref.WeakKeyDictionary" = (
+            weakref.WeakKeyDictionary()
+        )  # req -> (node, edge)
 
     def set(self, req: "Req", node: Node, edge: Optional[Hashable]) -> None:
         """``req`` would hit ``node`` and continue on ``edge`` (None: no full page follows the

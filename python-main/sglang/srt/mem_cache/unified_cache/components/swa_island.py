@@ -23,9 +23,7 @@ classes, the index and the locks, step by step: docs/MAIN_DESIGN.md, "The window
 from __future__ import annotations
 
 import functools
-import heapq
 import itertools
-import weakref
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from sglang.srt.mem_cache.swa_island_formulas import (
@@ -37,87 +35,26 @@ from sglang.srt.mem_cache.swa_island_formulas import (
     window_lock_tokens,
 )
 from sglang.srt.mem_cache.swa_island_queue import QueuedHitIndex
-from sglang.srt.mem_cache.unified_cache.components.base import EvictLayer, LRURefreshPhase
+from sglang.srt.mem_cache.unified_cache.components.base import (
+    EvictLayer,
+    LRURefreshPhase,
+)
 from sglang.srt.mem_cache.unified_cache.components.swa import SWAComponent
-from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedLRUList
+from sglang.srt.mem_cache.unified_cache.components.swa_island_candidates import (
+    CandidateLRUList,
+    Candidates,
+)
 
 if TYPE_CHECKING:
-    from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeNode
+    from sglang.srt.mem_cache.unified_cache.unified_tree_core import (
+        UnifiedLRUList,
+        UnifiedTreeNode,
+    )
 
 MATCH_END_KEY = "island_match_end"
 """SWA ``metadata`` key of a match-end stamp: the end's category (``RETENTION`` or ``WINDOW``)."""
 TOUCH_KEY = "island_touch"
 """SWA ``metadata`` key of a node's touch: its recency in the SWA LRU list (higher: more recent)."""
-
-class CandidateLRUList(UnifiedLRUList):
-    """Upstream's device LRU list that tells ``on_add(beside, new_node)`` every node it adds
-    (``insert_mru``, ``insert_after``, the moves of ``reset_*_mru``): ``beside`` is the node of
-    the list it went after, None when it went to a most recently used end (after the head or a
-    partition sentinel). Its walk-cursor sentinels are not nodes of the list and are not told."""
-
-    def __init__(self, component_type, component_types, *, on_add, is_referenced=None):
-        super().__init__(component_type, component_types, is_referenced=is_referenced)
-        self._on_add = on_add
-
-    def on_node_added(self, prev_node, new_node) -> None:
-        if new_node.id in self.cache:
-            self._on_add(prev_node if prev_node.id in self.cache else None, new_node)
-
-
-class Candidates:
-    """The candidates of one class: the filed nodes, least recently touched first. One filing per
-    node (a node filed again at a newer touch moves; ``unfile`` takes a filing back); a heap of
-    (touch, filing number, node id, weak reference) entries in which an entry that is not its
-    node's filing any more is stale, skipped when popped and dropped when stale entries
-    outnumber the filings (O(log n) per filing, amortized).
-    """
-
-    def __init__(self):
-        self.filed: dict = {}  # node id -> (touch, filing number, weak reference)
-        self.heap: list = []
-        self._filings = itertools.count()
-
-    def __contains__(self, node_id) -> bool:
-        return node_id in self.filed
-
-    def file(self, node, touch: int) -> None:
-        if self.filed.get(node.id, (None,))[0] == touch:
-            return
-        ref, number = weakref.ref(node), next(self._filings)
-        self.filed[node.id] = (touch, number, ref)
-        heapq.heappush(self.heap, (touch, number, node.id, ref))
-        self._drop_stale()
-
-    def unfile(self, node_id) -> None:
-        """Take ``node_id``'s filing back, if it has one (its heap entry goes stale)."""
-        if self.filed.pop(node_id, None) is not None:
-            self._drop_stale()
-
-    def _live(self, number: int, node_id) -> bool:
-        return self.filed.get(node_id, (None, None))[1] == number
-
-    def _drop_stale(self) -> None:
-        if len(self.heap) > 2 * len(self.filed) + 64:
-            self.heap = [(t, n, node_id, r) for node_id, (t, n, r) in self.filed.items()]
-            heapq.heapify(self.heap)
-
-    def pop(self):
-        """The least recently touched filed node (None if it is gone), unfiled; raises
-        ``IndexError`` when nothing is filed."""
-        while True:
-            _, number, node_id, ref = heapq.heappop(self.heap)
-            if self._live(number, node_id):
-                del self.filed[node_id]
-                return ref()
-
-    def __bool__(self) -> bool:
-        return bool(self.filed)
-
-    def check(self) -> None:
-        """One heap entry per filing; stale entries bounded (tests)."""
-        live = sum(1 for _, n, node_id, _ in self.heap if self._live(n, node_id))
-        assert live == len(self.filed), f"{live} heap entries for {len(self.filed)} filed nodes"
-        assert len(self.heap) <= 2 * len(self.filed) + 64, f"{len(self.heap)} heap entries"
 
 
 class SWAIslandComponent(SWAComponent):
@@ -129,11 +66,17 @@ class SWAIslandComponent(SWAComponent):
         super().__init__(cache, params)
         self._walk_cursor = None
         self._walk_tokens = 0  # tokens the current eviction call frees
-        self._walk_done = False  # this call's walk over everything but queued hits met its end
-        self._queued_walk: Optional[Iterator] = None  # this call's queued hits left, latest first
+        self._walk_done = (
+            False  # this call's walk over everything but queued hits met its end
+        )
+        self._queued_walk: Optional[Iterator] = (
+            None  # this call's queued hits left, latest first
+        )
         self._clock = 0  # the last touch given
         self._candidates = self._no_candidates()
-        self.queued: Optional[QueuedHitIndex] = None  # made with the list, at every reset
+        self.queued: Optional[QueuedHitIndex] = (
+            None  # made with the list, at every reset
+        )
 
     @property
     def window_span(self) -> int:
@@ -149,16 +92,24 @@ class SWAIslandComponent(SWAComponent):
     def _no_candidates() -> dict:
         return {COLD: Candidates(), RETENTION: Candidates()}
 
-    def make_device_lru_list(self, component_types, is_referenced=None) -> UnifiedLRUList:
+    def make_device_lru_list(
+        self, component_types, is_referenced=None
+    ) -> UnifiedLRUList:
         """The tree core's SWA device list (at every reset): a ``CandidateLRUList`` that touches
         and files as ``COLD`` candidates what it adds; the candidates and the queued hits start
         over with it."""
         self._candidates = self._no_candidates()
         # A hit's end is a match end (the match that made it stamped it, ``MATCH_END``), so when
         # no request hits it any more its window stays ``WINDOW``: no candidate to file again.
-        self.queued = QueuedHitIndex(self.tree_core.root_node, on_released=lambda node: None)
-        return CandidateLRUList(self.component_type, component_types, on_add=self._on_add,
-                                is_referenced=is_referenced)
+        self.queued = QueuedHitIndex(
+            self.tree_core.root_node, on_released=lambda node: None
+        )
+        return CandidateLRUList(
+            self.component_type,
+            component_types,
+            on_add=self._on_add,
+            is_referenced=is_referenced,
+        )
 
     def _touch_of(self, node) -> int:
         return node.component_data[self.component_type].metadata.get(TOUCH_KEY, 0)
@@ -177,8 +128,13 @@ class SWAIslandComponent(SWAComponent):
     def _is_window_end(self, node) -> bool:
         """Whether ``node`` is a ``WINDOW`` end itself (a leaf, a junction, a node a match ended
         at), so that its class is at least ``WINDOW`` without a walk. O(1)."""
-        return (len(node.children) != 1 or node.component_data[self.component_type]
-                .metadata.get(MATCH_END_KEY, COLD) >= WINDOW)
+        return (
+            len(node.children) != 1
+            or node.component_data[self.component_type].metadata.get(
+                MATCH_END_KEY, COLD
+            )
+            >= WINDOW
+        )
 
     def _file(self, cls: int, node) -> None:
         """File ``node`` as a candidate of ``cls`` at its touch."""
@@ -209,8 +165,9 @@ class SWAIslandComponent(SWAComponent):
         admission try), where upstream's host list keeps tombstoning order. Host-locked nodes are
         not in the list and stay out. At most ``span / p`` node steps."""
         host_lru = self.tree_core.host_lru_lists[self.component_type]
-        host_lru.reset_node_and_window_ancestors_mru(end, self.tree_core.root_node,
-                                                     self._host_backup_span, host_lru.in_list)
+        host_lru.reset_node_and_window_ancestors_mru(
+            end, self.tree_core.root_node, self._host_backup_span, host_lru.in_list
+        )
 
     def _settle_window(self, end, category: int) -> None:
         """Refile the live nodes in the window of the match end ``end`` (``end`` and its
@@ -222,8 +179,11 @@ class SWAIslandComponent(SWAComponent):
         most ``w / p`` node steps, where upstream's refresh walked the same nodes; without it the
         next eviction pops each of them and classifies it."""
         ct, root = self.component_type, self.tree_core.root_node
-        lru, cold, retention = (self.tree_core.lru_lists[ct], self._candidates[COLD],
-                                self._candidates[RETENTION])
+        lru, cold, retention = (
+            self.tree_core.lru_lists[ct],
+            self._candidates[COLD],
+            self._candidates[RETENTION],
+        )
         cur, above = end, 0  # above: tokens from cur's end down to end's end
         while cur.component_data[ct].value is not None and lru.in_list(cur):
             if not self._settles_with(above, len(cur.key)):
@@ -261,7 +221,12 @@ class SWAIslandComponent(SWAComponent):
         at most all of ``node``, 0 when none covers it."""
         ct, queued, span = self.component_type, self.queued.hits.nodes, self.window_span
         any_queued = len(queued) > 0
-        node_class, tail, cur, below = COLD, 0, node, 0  # below: node's end to cur's end
+        node_class, tail, cur, below = (
+            COLD,
+            0,
+            node,
+            0,
+        )  # below: node's end to cur's end
         while True:
             children = cur.children
             if any_queued and cur in queued:
@@ -270,12 +235,16 @@ class SWAIslandComponent(SWAComponent):
                 category = WINDOW
             else:
                 category = cur.component_data[ct].metadata.get(MATCH_END_KEY, COLD)
-            if category > cls and not tail:  # the nearest end above cls: below < w, so tail > 0
+            if (
+                category > cls and not tail
+            ):  # the nearest end above cls: below < w, so tail > 0
                 tail = min(len(node.key), span - below)
             node_class = max(node_class, category)
             if category == QUEUED or len(children) != 1:
                 return node_class, tail
-            if category >= WINDOW and not any_queued:  # nothing below can be a queued hit
+            if (
+                category >= WINDOW and not any_queued
+            ):  # nothing below can be a queued hit
                 return node_class, tail
             (child,) = children.values()
             below += len(child.key)
@@ -289,7 +258,9 @@ class SWAIslandComponent(SWAComponent):
     def _host_backup_span(self) -> int:
         """Tokens of SWA a host backup of an end takes behind it (``host_backup_tokens``); read
         once the tree core is attached, constant after (the window and the page are)."""
-        return host_backup_tokens(self.sliding_window_size + 1, self.tree_core.page_size)
+        return host_backup_tokens(
+            self.sliding_window_size + 1, self.tree_core.page_size
+        )
 
     def _collect_unbacked_swa_nodes(self, node) -> list:
         """The live SWA without a host copy that ``node``'s backup takes, deepest first: the
@@ -304,7 +275,9 @@ class SWAIslandComponent(SWAComponent):
         ct, root = self.component_type, self.tree_core.root_node
         if not self.tree_core.has_swa_host_pool or node is root:
             return []
-        rest = min(self._host_backup_span - self._below_to_end(node), self.sliding_window_size)
+        rest = min(
+            self._host_backup_span - self._below_to_end(node), self.sliding_window_size
+        )
         covered, unbacked, cur = 0, [], node
         while cur is not root and covered < rest:
             if cur.write_through_pending_id is not None:  # its backup carries the rest
@@ -326,8 +299,10 @@ class SWAIslandComponent(SWAComponent):
         ct, span = self.component_type, self._host_backup_span
         below, cur = 0, node
         while below < span:
-            if (self._is_window_end(cur)
-                    or cur.component_data[ct].metadata.get(MATCH_END_KEY, COLD) >= RETENTION):
+            if (
+                self._is_window_end(cur)
+                or cur.component_data[ct].metadata.get(MATCH_END_KEY, COLD) >= RETENTION
+            ):
                 return below
             (cur,) = cur.children.values()
             below += len(cur.key)
@@ -351,16 +326,20 @@ class SWAIslandComponent(SWAComponent):
         come first at every step, so what a window's eviction uncovers goes before the next
         window; a queued hit's eviction restarts the walk, since what it uncovered may be another
         match end's window, which goes before the next queued hit."""
-        if (self.tree_core.enable_session_radix_cache
-                or tracker[self.component_type] >= self._walk_tokens):
-            return super()._evict_device_next_node(tracker, device_frees, host_frees,
-                                                   cache_actions)
+        if (
+            self.tree_core.enable_session_radix_cache
+            or tracker[self.component_type] >= self._walk_tokens
+        ):
+            return super()._evict_device_next_node(
+                tracker, device_frees, host_frees, cache_actions
+            )
         # a candidate victim is an internal node (leaves are WINDOW): upstream's step tombstones it
         victim = self._pop_candidate(COLD) or self._pop_candidate(RETENTION)
         if victim is not None:
             self._evict_device_cursor = victim
-            return super()._evict_device_next_node(tracker, device_frees, host_frees,
-                                                   cache_actions)
+            return super()._evict_device_next_node(
+                tracker, device_frees, host_frees, cache_actions
+            )
         lru = self.tree_core.lru_lists[self.component_type]
         if not self._walk_done:
             cursor = self._walk_cursor
@@ -371,16 +350,21 @@ class SWAIslandComponent(SWAComponent):
                     cursor = lru.get_prev_no_lock(cursor)
             if cursor is not None:
                 self._evict_device_cursor = cursor
-                out = super()._evict_device_next_node(tracker, device_frees, host_frees,
-                                                      cache_actions)
+                out = super()._evict_device_next_node(
+                    tracker, device_frees, host_frees, cache_actions
+                )
                 self._walk_cursor = self._evict_device_cursor
                 return out
             self._walk_done = True
         victim = self._next_queued_victim()
         if victim is not None:
             self._walk_done, self._walk_cursor = False, None
-        self._evict_device_cursor = victim if victim is not None else lru.get_lru_no_lock()
-        return super()._evict_device_next_node(tracker, device_frees, host_frees, cache_actions)
+        self._evict_device_cursor = (
+            victim if victim is not None else lru.get_lru_no_lock()
+        )
+        return super()._evict_device_next_node(
+            tracker, device_frees, host_frees, cache_actions
+        )
 
     def _next_queued_victim(self) -> Optional["UnifiedTreeNode"]:
         """The end of the latest queued hit not yet taken in this call that is live and
@@ -388,7 +372,8 @@ class SWAIslandComponent(SWAComponent):
         are then candidates (``_file_above``). One walk of the queue per call that gets this far,
         from the latest request back (``QueuedHits.latest_first``), resumed at each step: O(1)
         per waiting request it passes. The hits do not change under it: they change only
-        between eviction calls, and each call starts a new walk (``_evict_device_start``)."""
+        between eviction calls, and each call starts a new walk (``_evict_device_start``).
+        """
         if self._queued_walk is None:
             self._queued_walk = self.queued.hits.latest_first()
         ct, lru = self.component_type, self.tree_core.lru_lists[self.component_type]
@@ -415,12 +400,17 @@ class SWAIslandComponent(SWAComponent):
 
     def _pop_candidate(self, cls: int) -> Optional["UnifiedTreeNode"]:
         """The oldest candidate of ``cls`` whose class is at most ``cls``; the candidates met
-        before it are refiled (``RETENTION``) or dropped (covered better, locked, gone)."""
+        before it are refiled (``RETENTION``) or dropped (covered better, locked, gone).
+        """
         ct, candidates = self.component_type, self._candidates[cls]
         lru = self.tree_core.lru_lists[ct]
         while candidates:
             node = candidates.pop()
-            if node is None or not lru.in_list(node) or node.component_data[ct].lock_ref > 0:
+            if (
+                node is None
+                or not lru.in_list(node)
+                or node.component_data[ct].lock_ref > 0
+            ):
                 continue  # gone, or locked: an unlock files it again
             node_class, tail = self._cover(node, cls)
             if node_class <= cls:
@@ -459,8 +449,10 @@ class SWAIslandComponent(SWAComponent):
         (:meth:`_split_window_start`): the lock takes one page-rounded window of live SWA
         (``window_lock_tokens``), not the whole node the window ends in."""
         if not lock_host:
-            self._split_window_start(node, window_lock_tokens(self.sliding_window_size,
-                                                              self.tree_core.page_size))
+            self._split_window_start(
+                node,
+                window_lock_tokens(self.sliding_window_size, self.tree_core.page_size),
+            )
         return super().acquire_component_lock(node, result, lock_host)
 
     def _split_window_start(self, node, need: int) -> None:
@@ -479,14 +471,20 @@ class SWAIslandComponent(SWAComponent):
 
     # ---- what can lower a class: evictions and unlocks file their neighbourhood ------------------
 
-    def evict_component(self, node, device_frees, host_frees, cache_actions,
-                        target=EvictLayer.DEVICE):
+    def evict_component(
+        self, node, device_frees, host_frees, cache_actions, target=EvictLayer.DEVICE
+    ):
         # Tombstoning a COLD node changes no other node's class: every end whose window could run
         # through it is at least ``w`` tokens below it (a leaf, deleted with its SWA, is WINDOW:
         # a window end is never COLD, known without the walk).
-        keeps_classes = (EvictLayer.DEVICE in target and not self._is_window_end(node)
-                         and self.eviction_class(node) == COLD)
-        out = super().evict_component(node, device_frees, host_frees, cache_actions, target=target)
+        keeps_classes = (
+            EvictLayer.DEVICE in target
+            and not self._is_window_end(node)
+            and self.eviction_class(node) == COLD
+        )
+        out = super().evict_component(
+            node, device_frees, host_frees, cache_actions, target=target
+        )
         if EvictLayer.DEVICE in target and not keeps_classes:
             self._file_above(node)
         return out
@@ -500,30 +498,39 @@ class SWAIslandComponent(SWAComponent):
         ct, root = self.component_type, self.tree_core.root_node
         lru = self.tree_core.lru_lists[ct]
         live, cur = 0, node.parent
-        while (cur is not None and cur is not root and live < self.window_span
-               and cur.component_data[ct].value is not None):
+        while (
+            cur is not None
+            and cur is not root
+            and live < self.window_span
+            and cur.component_data[ct].value is not None
+        ):
             if lru.in_list(cur):
                 self._file(COLD, cur)
             live += len(cur.key)
             cur = cur.parent
 
-    def commit_insert_component_data(self, node, is_new_leaf, params, result,
-                                     cache_actions) -> None:
+    def commit_insert_component_data(
+        self, node, is_new_leaf, params, result, cache_actions
+    ) -> None:
         if is_new_leaf:
             # its parent may have been a leaf, a match end by being one; before upstream's commit,
             # which may split the new leaf under a parent whose SWA is stamped later
             self._file_above(node)
-        super().commit_insert_component_data(node, is_new_leaf, params, result, cache_actions)
+        super().commit_insert_component_data(
+            node, is_new_leaf, params, result, cache_actions
+        )
 
     def release_component_lock(self, node, params, lock_host: bool = False) -> None:
         super().release_component_lock(node, params, lock_host)
         if not lock_host:
             self._file_unlocked(node)
 
-    def release_window_lock(self, node, swa_uuid_for_lock, device_frees, host_frees,
-                            cache_actions) -> None:
-        super().release_window_lock(node, swa_uuid_for_lock, device_frees, host_frees,
-                                    cache_actions)
+    def release_window_lock(
+        self, node, swa_uuid_for_lock, device_frees, host_frees, cache_actions
+    ) -> None:
+        super().release_window_lock(
+            node, swa_uuid_for_lock, device_frees, host_frees, cache_actions
+        )
         self._file_unlocked(node)
 
     def _file_unlocked(self, node) -> None:
@@ -538,8 +545,11 @@ class SWAIslandComponent(SWAComponent):
         cold = self._candidates[COLD]
         category = COLD  # of node's window over cur; COLD from a tombstone up (the window ends)
         if node is not root and node.component_data[ct].value is not None:
-            category = (WINDOW if self._is_window_end(node) else
-                        node.component_data[ct].metadata.get(MATCH_END_KEY, COLD))
+            category = (
+                WINDOW
+                if self._is_window_end(node)
+                else node.component_data[ct].metadata.get(MATCH_END_KEY, COLD)
+            )
         covered, cur = 0, node  # covered: tokens from cur's end down to node's end
         span = self.window_span + self.tree_core.page_size
         while cur is not None and cur is not root and covered < span:
@@ -562,7 +572,8 @@ class SWAIslandComponent(SWAComponent):
         """The index invariants (tests, O(tree)): every live, unlocked node of the SWA list whose
         class is ``COLD`` is a ``COLD`` candidate, and one of class ``RETENTION`` a candidate of
         either; touches never decrease from the list's least to its most recently used end; each
-        heap holds one entry per filed node, and no more than twice as many entries plus 64."""
+        heap holds one entry per filed node, and no more than twice as many entries plus 64.
+        """
         ct = self.component_type
         self.queued.hits.reap()
         for candidates in self._candidates.values():
@@ -570,7 +581,9 @@ class SWAIslandComponent(SWAComponent):
         lru = self.tree_core.lru_lists[ct]
         node, last_touch = lru.get_lru_no_lock(), 0
         while node is not None:
-            assert self._touch_of(node) >= last_touch, f"node {node.id} touched out of list order"
+            assert (
+                self._touch_of(node) >= last_touch
+            ), f"node {node.id} touched out of list order"
             last_touch = self._touch_of(node)
             node_class = self.eviction_class(node)
             filed = [c for c in (COLD, RETENTION) if node.id in self._candidates[c]]

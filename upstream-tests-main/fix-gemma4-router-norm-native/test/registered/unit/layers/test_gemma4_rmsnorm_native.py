@@ -45,7 +45,9 @@ class TestGemma4RMSNormNativeWithoutScale(CustomTestCase):
         norm = Gemma4RMSNorm(DIM, eps=EPS, with_scale=False)
         weight = torch.linspace(0.25, 4.0, DIM)
         norm.weight.copy_(weight)
-        torch.testing.assert_close(norm.forward_native(self.x), rms_norm(self.x) * weight)
+        torch.testing.assert_close(
+            norm.forward_native(self.x), rms_norm(self.x) * weight
+        )
 
     def test_bf16_input_keeps_its_dtype(self):
         norm = Gemma4RMSNorm(DIM, eps=EPS, with_scale=False)

@@ -21,21 +21,30 @@ register_cpu_ci(est_time=5, suite="base-a-test-cpu")
 def make_req(rid: str) -> Req:
     params = SamplingParams(temperature=0, max_new_tokens=4)
     params.normalize(None)
-    return Req(rid=rid, origin_input_text="", origin_input_ids=array("q", [5, 6, 7]),
-               sampling_params=params)
+    return Req(
+        rid=rid,
+        origin_input_text="",
+        origin_input_ids=array("q", [5, 6, 7]),
+        sampling_params=params,
+    )
 
 
 class TestRequestQueuedHook(unittest.TestCase):
     def setUp(self):
-        set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=1))
+        set_global_server_args_for_scheduler(
+            ServerArgs(model_path="dummy", page_size=1)
+        )
         self.calls = []
         self.sched = mock.MagicMock()
         self.sched.disaggregation_mode = DisaggregationMode.NULL
         self.sched.waiting_queue = []
         self.sched._set_or_validate_priority.return_value = True
         self.sched._abort_on_queued_limit.return_value = False
-        self.sched.tree_cache.on_request_queued.side_effect = lambda req: self.calls.append(
-            (req.rid, [r.rid for r in self.sched.waiting_queue]))
+        self.sched.tree_cache.on_request_queued.side_effect = (
+            lambda req: self.calls.append(
+                (req.rid, [r.rid for r in self.sched.waiting_queue])
+            )
+        )
 
     def test_a_new_request_is_reported_once_after_it_joined_the_queue(self):
         Scheduler._add_request_to_queue(self.sched, make_req("a"))

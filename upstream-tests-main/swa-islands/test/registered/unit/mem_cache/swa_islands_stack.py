@@ -30,23 +30,42 @@ LAYERS, FULL_LAYERS = 4, (3,)
 TREE_CORES = ("python", "rust")
 
 
-def build_params(*, max_num_reqs=10, kv_size=KV_SIZE, page_size=1, **fields) -> CacheInitParams:
+def build_params(
+    *, max_num_reqs=10, kv_size=KV_SIZE, page_size=1, **fields
+) -> CacheInitParams:
     """The stack, and the CacheInitParams of its tree cache (``fields`` override them)."""
-    set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=page_size))
+    set_global_server_args_for_scheduler(
+        ServerArgs(model_path="dummy", page_size=page_size)
+    )
     kv_pool = SWAKVPool(
-        size=kv_size, size_swa=kv_size, page_size=page_size, dtype=torch.float32, head_num=2,
-        head_dim=16, swa_attention_layer_ids=[i for i in range(LAYERS) if i not in FULL_LAYERS],
-        full_attention_layer_ids=list(FULL_LAYERS), device="cpu",
+        size=kv_size,
+        size_swa=kv_size,
+        page_size=page_size,
+        dtype=torch.float32,
+        head_num=2,
+        head_dim=16,
+        swa_attention_layer_ids=[i for i in range(LAYERS) if i not in FULL_LAYERS],
+        full_attention_layer_ids=list(FULL_LAYERS),
+        device="cpu",
     )
     allocator = SWATokenToKVPoolAllocator(
-        size=kv_size, size_swa=kv_size, page_size=page_size, dtype=torch.float32, device="cpu",
-        kvcache=kv_pool, need_sort=False,
+        size=kv_size,
+        size_swa=kv_size,
+        page_size=page_size,
+        dtype=torch.float32,
+        device="cpu",
+        kvcache=kv_pool,
+        need_sort=False,
     )
-    pool = ReqToTokenPool(size=max_num_reqs, max_context_len=512, device="cpu",
-                          enable_memory_saver=False)
+    pool = ReqToTokenPool(
+        size=max_num_reqs, max_context_len=512, device="cpu", enable_memory_saver=False
+    )
     params = CacheInitParams(
-        disable=False, req_to_token_pool=pool, token_to_kv_pool_allocator=allocator,
-        page_size=page_size, sliding_window_size=WINDOW_LEFT,
+        disable=False,
+        req_to_token_pool=pool,
+        token_to_kv_pool_allocator=allocator,
+        page_size=page_size,
+        sliding_window_size=WINDOW_LEFT,
         tree_components=(ComponentType.FULL, ComponentType.SWA),
     )
     return dataclasses.replace(params, **fields)
@@ -59,8 +78,12 @@ def match_prefix(cache, tokens):
 def make_prefilling_req(cache, prompt, rid="r0") -> Req:
     """A request whose whole prompt has KV slots of its own, nothing committed to the tree yet."""
     params_pool = cache.req_to_token_pool
-    req = Req(rid=rid, origin_input_text="", origin_input_ids=array("q", prompt),
-              sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
+    req = Req(
+        rid=rid,
+        origin_input_text="",
+        origin_input_ids=array("q", prompt),
+        sampling_params=SamplingParams(temperature=0, max_new_tokens=1),
+    )
     params_pool.alloc([req])
     req.full_untruncated_fill_ids = array("q", prompt)
     kv = alloc_extend(cache, len(prompt))
@@ -91,7 +114,9 @@ def alloc_decode(cache, req, pos: int):
     allocator = cache.token_to_kv_pool_allocator
     if allocator.page_size == 1:
         return allocator.alloc(1)
-    last = cache.req_to_token_pool.req_to_token[req.kv.req_pool_idx, pos - 1 : pos].to(torch.int64)
+    last = cache.req_to_token_pool.req_to_token[req.kv.req_pool_idx, pos - 1 : pos].to(
+        torch.int64
+    )
     return allocator.alloc_decode(_i64([pos + 1]), _i64([pos + 1]), last)
 
 
@@ -106,7 +131,9 @@ def computed_len(req) -> int:
     return len(req.origin_input_ids) + len(req.output_ids) - 1
 
 
-def decode_step(cache, req, tokens, *, swa_eviction_interval=None, overlap=False) -> None:
+def decode_step(
+    cache, req, tokens, *, swa_eviction_interval=None, overlap=False
+) -> None:
     """One decode step that committed ``tokens`` (1, or a speculative accept length), as the
     scheduler runs it: the step's KV slots (the positions it computed), main's decode SWA evictor
     (``maybe_evict_swa`` -> ``evict_sliding_windows``, every ``swa_eviction_interval`` tokens, off
@@ -126,13 +153,18 @@ def decode_step(cache, req, tokens, *, swa_eviction_interval=None, overlap=False
         from sglang.srt.mem_cache.unified_cache.components import ComponentType
 
         window_left = cache.swa_retain_window
-        if end - 1 - window_left >= (req.kv.get_evicted_seqlen(ComponentType.SWA)
-                                     + swa_eviction_interval):
+        if end - 1 - window_left >= (
+            req.kv.get_evicted_seqlen(ComponentType.SWA) + swa_eviction_interval
+        ):
             cache.evict_sliding_windows(req, end - 1)
     req.output_ids.extend(tokens)
     if overlap:
-        pos = req.kv.kv_allocated_len  # the newest token's position: the launched step's
-        pool.write((req.kv.req_pool_idx, slice(pos, pos + 1)), alloc_decode(cache, req, pos))
+        pos = (
+            req.kv.kv_allocated_len
+        )  # the newest token's position: the launched step's
+        pool.write(
+            (req.kv.req_pool_idx, slice(pos, pos + 1)), alloc_decode(cache, req, pos)
+        )
         req.kv.kv_committed_len = req.kv.kv_allocated_len = pos + 1
     cache.on_decode_progress(req, len(tokens))
 
@@ -144,7 +176,8 @@ def finish_prefill(req, first_token) -> None:
 
 def release(cache, req, how: str) -> None:
     """Give the request back as the scheduler does: ``finish`` (length, inserted),
-    ``abort`` (not inserted) or ``retract`` (preempted, not inserted, reset to re-run)."""
+    ``abort`` (not inserted) or ``retract`` (preempted, not inserted, reset to re-run).
+    """
     from sglang.srt.managers.schedule_batch import FINISH_ABORT, FINISH_LENGTH
 
     if how == "finish":

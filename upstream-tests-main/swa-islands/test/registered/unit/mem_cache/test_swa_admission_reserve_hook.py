@@ -6,11 +6,12 @@ cache admits as before. Real stack: SWA allocator, ``UnifiedRadixCache`` on the 
 
 import unittest
 
+from swa_islands_stack import build_params, make_prefilling_req, release
+
 from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.schedule_policy import PrefillAdder
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 from sglang.test.ci.ci_register import register_cpu_ci
-from swa_islands_stack import build_params, make_prefilling_req, release
 
 register_cpu_ci(est_time=5, suite="base-a-test-cpu")
 
@@ -26,8 +27,16 @@ class ReservingCache(UnifiedRadixCache):
 
 
 def adder(cache, running_batch) -> PrefillAdder:
-    return PrefillAdder(1, cache, cache.token_to_kv_pool_allocator, running_batch, 0.5,
-                        4096, 64, max_running_requests=8)
+    return PrefillAdder(
+        1,
+        cache,
+        cache.token_to_kv_pool_allocator,
+        running_batch,
+        0.5,
+        4096,
+        64,
+        max_running_requests=8,
+    )
 
 
 class TestSWAAdmissionReserveHook(unittest.TestCase):
@@ -42,15 +51,19 @@ class TestSWAAdmissionReserveHook(unittest.TestCase):
         free_and_evictable = allocator.swa_available_size() + cache.swa_evictable_size()
         a = adder(cache, batch)
         self.assertEqual(cache.asked, [batch])
-        self.assertEqual(a.memory_budget.remaining_swa, free_and_evictable - ReservingCache.reserve)
+        self.assertEqual(
+            a.memory_budget.remaining_swa, free_and_evictable - ReservingCache.reserve
+        )
         release(cache, running, "abort")
 
     def test_a_stock_cache_reserves_nothing(self):
         cache, batch, running = self.stack(UnifiedRadixCache)
         allocator = cache.token_to_kv_pool_allocator
         self.assertEqual(cache.swa_admission_reserve(batch), 0)
-        self.assertEqual(adder(cache, batch).memory_budget.remaining_swa,
-                         allocator.swa_available_size() + cache.swa_evictable_size())
+        self.assertEqual(
+            adder(cache, batch).memory_budget.remaining_swa,
+            allocator.swa_available_size() + cache.swa_evictable_size(),
+        )
         release(cache, running, "abort")
 
     def test_no_running_batch_asks_nothing(self):
@@ -58,8 +71,10 @@ class TestSWAAdmissionReserveHook(unittest.TestCase):
         allocator = cache.token_to_kv_pool_allocator
         a = adder(cache, None)
         self.assertFalse(hasattr(cache, "asked"))
-        self.assertEqual(a.memory_budget.remaining_swa,
-                         allocator.swa_available_size() + cache.swa_evictable_size())
+        self.assertEqual(
+            a.memory_budget.remaining_swa,
+            allocator.swa_available_size() + cache.swa_evictable_size(),
+        )
         release(cache, running, "abort")
 
 

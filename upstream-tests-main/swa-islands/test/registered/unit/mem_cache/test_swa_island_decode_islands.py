@@ -22,14 +22,9 @@ Each test fails with the hook a no-op (stock main: ``UnifiedRadixCache.on_decode
 
 import unittest
 
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams
-from sglang.srt.mem_cache.swa_island_formulas import decode_island_due, island_out_of_window
-from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
-from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
-from sglang.test.ci.ci_register import register_cpu_ci
-from swa_islands_stack import (  # beside this file
+from swa_islands_stack import WINDOW_LEFT  # beside this file
+from swa_islands_stack import (
     TREE_CORES,
-    WINDOW_LEFT,
     build_params,
     commit_chunk,
     computed_len,
@@ -39,6 +34,15 @@ from swa_islands_stack import (  # beside this file
     match_prefix,
     release,
 )
+
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+from sglang.srt.mem_cache.swa_island_formulas import (
+    decode_island_due,
+    island_out_of_window,
+)
+from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+from sglang.test.ci.ci_register import register_cpu_ci
 
 register_cpu_ci(est_time=20, suite="base-a-test-cpu")
 
@@ -55,11 +59,19 @@ def output_token(i: int) -> int:
     return 1000 + i
 
 
-def build(backend: str, *, islands: bool = True, eagle: bool = False, page: int = 1, **fields):
-    defaults = dict(enable_swa_islands=islands, chunked_prefill_size=CHUNK,
-                    tree_core_backend=backend, is_eagle=eagle, swa_islands_eviction="lru")
-    params = build_params(max_num_reqs=2, kv_size=KV, page_size=page,
-                          **{**defaults, **fields})
+def build(
+    backend: str, *, islands: bool = True, eagle: bool = False, page: int = 1, **fields
+):
+    defaults = dict(
+        enable_swa_islands=islands,
+        chunked_prefill_size=CHUNK,
+        tree_core_backend=backend,
+        is_eagle=eagle,
+        swa_islands_eviction="lru",
+    )
+    params = build_params(
+        max_num_reqs=2, kv_size=KV, page_size=page, **{**defaults, **fields}
+    )
     cls = SWAIslandUnifiedRadixCache if islands else UnifiedRadixCache
     return cls(params)
 
@@ -77,8 +89,12 @@ def decode(cache, req, steps, *, each_step=None, **kw):
     """``steps`` decode steps with the cycled accept lengths; ``each_step(L)`` after each."""
     for s in range(steps):
         n = len(req.output_ids)
-        decode_step(cache, req, [output_token(n + j) for j in range(ACCEPTS[s % len(ACCEPTS)])],
-                    **kw)
+        decode_step(
+            cache,
+            req,
+            [output_token(n + j) for j in range(ACCEPTS[s % len(ACCEPTS)])],
+            **kw,
+        )
         if each_step is not None:
             each_step(computed_len(req))
 
@@ -127,8 +143,9 @@ class _DecodeIslandSuite:
         modulo = [L for L, _ in expected if L % INTERVAL == 0]
         self.assertLess(len(modulo), len(ends) // 2)  # a modulo trigger would miss most
         gaps = [b - a for (_, a), (_, b) in zip([(0, prompt_end)] + ends, ends)]
-        self.assertTrue(all(INTERVAL - self.PAGE <= g < INTERVAL + max(ACCEPTS) for g in gaps),
-                        gaps)
+        self.assertTrue(
+            all(INTERVAL - self.PAGE <= g < INTERVAL + max(ACCEPTS) for g in gaps), gaps
+        )
 
     def test_a_request_sharing_the_running_output_hits_its_last_island(self):
         hits = {}
@@ -137,22 +154,33 @@ class _DecodeIslandSuite:
             req = prefill(cache)
             decode(cache, req, DECODE_STEPS, swa_eviction_interval=32)
             last_end = req.kv.cache_protected_len
-            shared = PROMPT + list(req.output_ids[: computed_len(req) - len(PROMPT) - 3])
-            hits[islands] = (match_prefix(cache, shared + [7] * 10).device_prefix_len, last_end)
+            shared = PROMPT + list(
+                req.output_ids[: computed_len(req) - len(PROMPT) - 3]
+            )
+            hits[islands] = (
+                match_prefix(cache, shared + [7] * 10).device_prefix_len,
+                last_end,
+            )
         prompt_end = self.key_end(len(PROMPT))
-        self.assertEqual(hits[False], (prompt_end, prompt_end))  # stock: only the prompt
+        self.assertEqual(
+            hits[False], (prompt_end, prompt_end)
+        )  # stock: only the prompt
         hit, last_end = hits[True]
         self.assertGreater(last_end, len(PROMPT))
         self.assertGreaterEqual(hit, last_end)
 
-    def test_an_island_window_lock_is_released_w_plus_p_later_and_the_hold_stays_bounded(self):
+    def test_an_island_window_lock_is_released_w_plus_p_later_and_the_hold_stays_bounded(
+        self,
+    ):
         # 48 > w + p: each island's lock is released before the next island
         released_ends, _ = self._check_window_release(48)
         # the prompt-end island and every decode island but the latest were released
         self.assertGreaterEqual(len(released_ends), 2)
         self.assertEqual(released_ends[0], self.key_end(len(PROMPT)))
 
-    def test_a_step_that_lays_an_island_and_leaves_the_last_keeps_the_new_window_locked(self):
+    def test_a_step_that_lays_an_island_and_leaves_the_last_keeps_the_new_window_locked(
+        self,
+    ):
         # w + p + 1: a step that lays an island mostly also leaves the previous island's window;
         # only the previous lock may go, the new island's window is the one the request reads
         _, both = self._check_window_release(W + self.PAGE + 1)
@@ -174,7 +202,9 @@ class _DecodeIslandSuite:
             if end != previous[0] and island_out_of_window(L, previous[0], W, P):
                 both += 1
             previous[0] = end
-            self.assertEqual(req.lock.swa_released, island_out_of_window(L, end, W, P), (L, end))
+            self.assertEqual(
+                req.lock.swa_released, island_out_of_window(L, end, W, P), (L, end)
+            )
             # main's SGLANG_OPT_RELEASE_PREFILL_SWA asks every step once past a window of
             # decode batches; the island cache answers only once the request left the island
             cache.release_swa_prefix_lock(req)
@@ -198,10 +228,17 @@ class _DecodeIslandSuite:
         cache = self.build()
         req = prefill(cache)
         holds = []
-        decode(cache, req, DECODE_STEPS, each_step=lambda L: holds.append(
-            cache.swa_protected_size()), swa_eviction_interval=32)
+        decode(
+            cache,
+            req,
+            DECODE_STEPS,
+            each_step=lambda L: holds.append(cache.swa_protected_size()),
+            swa_eviction_interval=32,
+        )
         self.assertLessEqual(max(holds), W + INTERVAL + P)
-        self.assertGreater(max(holds), W + 2 * P)  # the price of islands closer than a window
+        self.assertGreater(
+            max(holds), W + 2 * P
+        )  # the price of islands closer than a window
 
     def test_under_overlap_an_island_takes_the_launched_step_as_release_would(self):
         # the overlap scheduler allocates and launches the next step before it processes this
@@ -214,17 +251,26 @@ class _DecodeIslandSuite:
             allocator = cache.token_to_kv_pool_allocator
             baseline = (allocator.full_available_size(), allocator.swa_available_size())
             req = prefill(cache)
-            while req.kv.cache_protected_len <= len(PROMPT) and len(req.output_ids) < 4 * INTERVAL:
-                decode_step(cache, req, [output_token(len(req.output_ids))], overlap=overlap)
+            while (
+                req.kv.cache_protected_len <= len(PROMPT)
+                and len(req.output_ids) < 4 * INTERVAL
+            ):
+                decode_step(
+                    cache, req, [output_token(len(req.output_ids))], overlap=overlap
+                )
             end = req.kv.cache_protected_len
             first[overlap] = (len(req.output_ids), end)
             self.assertEqual(end, self.key_end(req.owned_kv_len()))
-            if overlap:  # the island covers the launched position, one past the computed tokens
+            if (
+                overlap
+            ):  # the island covers the launched position, one past the computed tokens
                 self.assertEqual(req.owned_kv_len(), computed_len(req) + 1)
             release(cache, req, "finish")
             cache.evict(EvictParams(num_tokens=KV, swa_num_tokens=KV))
-            self.assertEqual((allocator.full_available_size(),
-                              allocator.swa_available_size()), baseline)
+            self.assertEqual(
+                (allocator.full_available_size(), allocator.swa_available_size()),
+                baseline,
+            )
         (n, end), (n_overlap, end_overlap) = first[False], first[True]
         self.assertGreater(end, len(PROMPT))
         self.assertEqual((n_overlap, end_overlap), (n - 1, end))
@@ -234,17 +280,25 @@ class _DecodeIslandSuite:
             with self.subTest(how=how):
                 cache = self.build(swa_islands_decode_interval=48)
                 allocator = cache.token_to_kv_pool_allocator
-                baseline = (allocator.full_available_size(), allocator.swa_available_size())
+                baseline = (
+                    allocator.full_available_size(),
+                    allocator.swa_available_size(),
+                )
                 req = prefill(cache)
                 for _ in range(40):  # up to a step where a decode island was left
                     decode(cache, req, 1, swa_eviction_interval=32)
-                    if req.kv.cache_protected_len > len(PROMPT) and req.lock.swa_released:
+                    if (
+                        req.kv.cache_protected_len > len(PROMPT)
+                        and req.lock.swa_released
+                    ):
                         break
                 # the decoded text is in the tree before the request ends, its island's window
                 # lock already released (the release then must not take it twice)
                 self.assertGreater(req.kv.cache_protected_len, len(PROMPT))
                 self.assertTrue(req.lock.swa_released)
-                other = prefill(cache, rid="r1")  # a second request on the shared prompt
+                other = prefill(
+                    cache, rid="r1"
+                )  # a second request on the shared prompt
                 decode(cache, other, 3)
                 release(cache, req, how)
                 release(cache, other, "finish")
@@ -253,8 +307,10 @@ class _DecodeIslandSuite:
                 cache.evict(EvictParams(num_tokens=KV, swa_num_tokens=KV))
                 self.assertEqual(cache.full_evictable_size(), 0)
                 self.assertEqual(cache.swa_evictable_size(), 0)
-                self.assertEqual((allocator.full_available_size(),
-                                  allocator.swa_available_size()), baseline)
+                self.assertEqual(
+                    (allocator.full_available_size(), allocator.swa_available_size()),
+                    baseline,
+                )
 
 
 class TestDecodeIslandsPythonCore(_DecodeIslandSuite, unittest.TestCase):
@@ -293,18 +349,26 @@ class TestDecodeIslandsBothCoresAgree(unittest.TestCase):
             req = prefill(cache)
             ups = []
             checkpoint = cache.checkpoint
-            cache.checkpoint = lambda r, *, up_to, **kw: (ups.append(up_to),
-                                                          checkpoint(r, up_to=up_to, **kw))
+            cache.checkpoint = lambda r, *, up_to, **kw: (
+                ups.append(up_to),
+                checkpoint(r, up_to=up_to, **kw),
+            )
             decode(cache, req, DECODE_STEPS, swa_eviction_interval=32)
             probes = [PROMPT + list(req.output_ids[:k]) + [7] for k in range(0, 100, 9)]
             records[backend] = dict(
                 up_to=ups,
                 hits=[match_prefix(cache, key).device_prefix_len for key in probes],
-                sizes=(cache.full_evictable_size(), cache.full_protected_size(),
-                       cache.swa_evictable_size(), cache.swa_protected_size()),
+                sizes=(
+                    cache.full_evictable_size(),
+                    cache.full_protected_size(),
+                    cache.swa_evictable_size(),
+                    cache.swa_protected_size(),
+                ),
             )
         self.assertEqual(records["python"], records["rust"])
-        self.assertGreaterEqual(len(records["rust"]["up_to"]), 5)  # decode islands were laid
+        self.assertGreaterEqual(
+            len(records["rust"]["up_to"]), 5
+        )  # decode islands were laid
         self.assertGreater(max(records["rust"]["hits"]), len(PROMPT))
 
 

@@ -12,17 +12,22 @@ The chunk ends 64 and 128 are retention points, 192 a leaf. Cold SWA: ``[0,33)``
 - past the cold SWA, retention windows go least recently used first and the leaf's window last;
   a match that ended at a retention point lifts it to a match end's window, kept longer;
 - the class of a node reads the window below it (a junction or a leaf is a window);
-- after everything is evicted the pools are back at baseline;
-- over random traffic (shared prefixes, chunk commits, decode islands, finishes and aborts,
-  matches, evictions of random sizes) the candidate index keeps its invariant after every
-  operation, and an eviction that the cold SWA covers takes only cold nodes.
+- after everything is evicted the pools are back at baseline.
+
+The candidate index under random traffic: ``test_swa_island_eviction_index.py``.
 """
 
-import random
 import unittest
 from collections import defaultdict
 
 import torch
+from swa_islands_stack import (
+    build_params,
+    commit_chunk,
+    make_prefilling_req,
+    match_prefix,
+    release,
+)
 
 from sglang.srt.mem_cache.base_prefix_cache import EvictParams
 from sglang.srt.mem_cache.swa_island_formulas import COLD, RETENTION, WINDOW
@@ -31,15 +36,6 @@ from sglang.srt.mem_cache.unified_cache.components import ComponentType
 from sglang.srt.mem_cache.unified_cache.components.swa import SWAComponent
 from sglang.srt.mem_cache.unified_cache.components.swa_island import SWAIslandComponent
 from sglang.test.ci.ci_register import register_cpu_ci
-from swa_islands_stack import (
-    build_params,
-    commit_chunk,
-    decode_step,
-    finish_prefill,
-    make_prefilling_req,
-    match_prefix,
-    release,
-)
 
 register_cpu_ci(est_time=5, suite="base-a-test-cpu")
 
@@ -56,11 +52,17 @@ def hit_at(cache, end: int) -> int:
 class TestSWAIslandEvictionOrder(unittest.TestCase):
     def build(self, component=SWAIslandComponent, host_tier=False):
         """The tree of the module docstring; ``host_tier``: as if HiCache had attached an SWA
-        host pool (``has_swa_host_pool``, which the component reads; nothing is transferred)."""
+        host pool (``has_swa_host_pool``, which the component reads; nothing is transferred).
+        """
         params = build_params(
-            max_num_reqs=4, kv_size=KV, tree_core_backend="python", enable_swa_islands=True,
-            swa_islands_reclaim="lazy", chunked_prefill_size=CHUNK,
-            component_registry_override={ComponentType.SWA: component})
+            max_num_reqs=4,
+            kv_size=KV,
+            tree_core_backend="python",
+            enable_swa_islands=True,
+            swa_islands_reclaim="lazy",
+            chunked_prefill_size=CHUNK,
+            component_registry_override={ComponentType.SWA: component},
+        )
         cache = SWAIslandUnifiedRadixCache(params)
         cache.tree_core.has_swa_host_pool = host_tier
         self.assertIs(type(cache.components[ComponentType.SWA]), component)
@@ -76,8 +78,14 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         """The prompt's path, root first, as (start, end) spans with their nodes."""
         out, node, start = [], cache.tree_core.root_node, 0
         while start < len(PROMPT):
-            node = next((child for child in node.children.values()
-                         if child.key.token_ids[0] == PROMPT[start]), None)
+            node = next(
+                (
+                    child
+                    for child in node.children.values()
+                    if child.key.token_ids[0] == PROMPT[start]
+                ),
+                None,
+            )
             if node is None:
                 break
             out.append(((start, start + len(node.key)), node))
@@ -91,7 +99,10 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         spans = dict(self.nodes(cache))
 
         def filed(span):
-            return [c for c in (COLD, RETENTION) if spans[span].id in swa._candidates[c]]
+            return [
+                c for c in (COLD, RETENTION) if spans[span].id in swa._candidates[c]
+            ]
+
         return filed
 
     def evict_swa(self, cache, tokens):
@@ -101,29 +112,46 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         cache = self.build()
         swa = cache.components[ComponentType.SWA]
         spans = [(span, swa.eviction_class(node)) for span, node in self.nodes(cache)]
-        self.assertEqual(spans, [((0, 33), COLD), ((33, 64), RETENTION), ((64, 97), COLD),
-                                 ((97, 128), RETENTION), ((128, 161), COLD),
-                                 ((161, 192), WINDOW)])
+        self.assertEqual(
+            spans,
+            [
+                ((0, 33), COLD),
+                ((33, 64), RETENTION),
+                ((64, 97), COLD),
+                ((97, 128), RETENTION),
+                ((128, 161), COLD),
+                ((161, 192), WINDOW),
+            ],
+        )
 
     def test_cold_swa_goes_first_and_every_chunk_end_stays_matchable(self):
-        for component, hits in ((SWAComponent, (0, 128, 192)),
-                                (SWAIslandComponent, (64, 128, 192))):
+        for component, hits in (
+            (SWAComponent, (0, 128, 192)),
+            (SWAIslandComponent, (64, 128, 192)),
+        ):
             with self.subTest(component=component.__name__):
                 cache = self.build(component)
                 self.evict_swa(cache, 60)
-                self.assertEqual(tuple(hit_at(cache, end) for end in (64, 128, 192)), hits)
+                self.assertEqual(
+                    tuple(hit_at(cache, end) for end in (64, 128, 192)), hits
+                )
 
         cache = self.build()
         self.evict_swa(cache, COLD_TOKENS)
         self.assertEqual(cache.swa_evictable_size(), len(PROMPT) - COLD_TOKENS)
-        live = [span for span, node in self.nodes(cache)
-                if node.component_data[ComponentType.SWA].value is not None]
+        live = [
+            span
+            for span, node in self.nodes(cache)
+            if node.component_data[ComponentType.SWA].value is not None
+        ]
         self.assertEqual(live, [(33, 64), (97, 128), (161, 192)])
         self.assertEqual([hit_at(cache, end) for end in (64, 128, 192)], [64, 128, 192])
 
     def test_past_the_cold_swa_retention_windows_go_before_the_leaf(self):
         cache = self.build()
-        self.evict_swa(cache, COLD_TOKENS + 1)  # one retention window: the least recently used
+        self.evict_swa(
+            cache, COLD_TOKENS + 1
+        )  # one retention window: the least recently used
         self.assertEqual([hit_at(cache, end) for end in (64, 128, 192)], [0, 128, 192])
         self.evict_swa(cache, 31)
         self.assertEqual([hit_at(cache, end) for end in (64, 128, 192)], [0, 0, 192])
@@ -133,7 +161,10 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         for first, hits in ((64, (0, 128)), (128, (64, 64))):
             with self.subTest(touched_first=first):
                 cache = self.build()
-                for end in (first, 192 - first):  # inserts ending at both chunk ends, in order
+                for end in (
+                    first,
+                    192 - first,
+                ):  # inserts ending at both chunk ends, in order
                     again = make_prefilling_req(cache, PROMPT[:end], rid=f"again{end}")
                     commit_chunk(cache, again, end)
                     release(cache, again, "abort")
@@ -145,13 +176,19 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
     def test_a_hot_match_end_keeps_the_candidate_heaps_bounded(self):
         cache = self.build()
         swa = cache.components[ComponentType.SWA]
-        for _ in range(200):  # every match touches the window at 64 again: a new filing each time
+        for _ in range(
+            200
+        ):  # every match touches the window at 64 again: a new filing each time
             self.assertEqual(hit_at(cache, 64), 64)
         swa.check_candidates()  # one entry per filing, stale ones rebuilt away
-        self.evict_swa(cache, COLD_TOKENS)  # the heap order still gives the cold SWA first
+        self.evict_swa(
+            cache, COLD_TOKENS
+        )  # the heap order still gives the cold SWA first
         self.assertEqual([hit_at(cache, end) for end in (64, 128, 192)], [64, 128, 192])
 
-    def test_an_end_files_its_window_by_its_class_and_a_cold_tombstone_files_nothing(self):
+    def test_an_end_files_its_window_by_its_class_and_a_cold_tombstone_files_nothing(
+        self,
+    ):
         """The index where an end is stamped: a match end's window leaves the candidates (its
         class is WINDOW until something lowers it, which files it again), an insert end's window
         moves from COLD to RETENTION, a node no window covers stays COLD; tombstoning a COLD
@@ -162,13 +199,19 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         filed = self.filings(cache)
 
         # the abort's unlock filed the chunk ends' windows as RETENTION, the cold SWA as COLD
-        self.assertEqual([filed(span) for span in ((0, 33), (33, 64), (97, 128))],
-                         [[COLD], [RETENTION], [RETENTION]])
+        self.assertEqual(
+            [filed(span) for span in ((0, 33), (33, 64), (97, 128))],
+            [[COLD], [RETENTION], [RETENTION]],
+        )
         self.assertEqual(hit_at(cache, 64), 64)  # a match ends at the first chunk end
         self.assertEqual(filed((33, 64)), [])
-        self.assertEqual(filed((0, 33)), [COLD])  # 33 tokens above 64: outside its window
+        self.assertEqual(
+            filed((0, 33)), [COLD]
+        )  # 33 tokens above 64: outside its window
         again = make_prefilling_req(cache, PROMPT[:128], rid="again")
-        commit_chunk(cache, again, 128)  # an insert ends at the second chunk end, inside the tree
+        commit_chunk(
+            cache, again, 128
+        )  # an insert ends at the second chunk end, inside the tree
         self.assertEqual(filed((97, 128)), [RETENTION])
         self.assertEqual(filed((64, 97)), [COLD])
         swa.check_candidates()
@@ -177,8 +220,13 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         # the cold SWA goes: tombstoning [64,97) leaves the window above it ([33,64), the match
         # end's) out of the candidates
         self.evict_swa(cache, COLD_TOKENS)
-        self.assertEqual([spans[span].component_data[ComponentType.SWA].value is None
-                          for span in ((0, 33), (64, 97), (128, 161))], [True, True, True])
+        self.assertEqual(
+            [
+                spans[span].component_data[ComponentType.SWA].value is None
+                for span in ((0, 33), (64, 97), (128, 161))
+            ],
+            [True, True, True],
+        )
         self.assertEqual(filed((33, 64)), [])
         self.assertEqual(hit_at(cache, 64), 64)
         swa.check_candidates()
@@ -193,13 +241,17 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         filed = self.filings(cache)
 
         again = make_prefilling_req(cache, PROMPT[:128], rid="again")
-        commit_chunk(cache, again, 128)  # an insert ends at the second chunk end, locked
+        commit_chunk(
+            cache, again, 128
+        )  # an insert ends at the second chunk end, locked
         self.assertEqual(cache.swa_protected_size(), 31)
         release(cache, again, "abort")
         self.assertEqual(cache.swa_protected_size(), 0)
         self.assertEqual((filed((97, 128)), filed((64, 97))), ([RETENTION], [COLD]))
         swa.check_candidates()
-        match = match_prefix(cache, PROMPT[:64] + [7])  # a match end at the first chunk end
+        match = match_prefix(
+            cache, PROMPT[:64] + [7]
+        )  # a match end at the first chunk end
         lock = cache.inc_lock_ref(match.last_device_node)
         cache.dec_lock_ref(match.last_device_node, lock.to_dec_params())
         self.assertEqual((filed((33, 64)), filed((0, 33))), ([], [COLD]))
@@ -235,40 +287,64 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         core._evict_component_and_detach_lru(spans[(112, 120)], swa, *frees)
         cache._free_values(frees[0], frees[1])
         self.assertIsNone(spans[(112, 120)].component_data[ComponentType.SWA].value)
-        self.assertEqual(swa.eviction_class(spans[(97, 112)]), COLD)  # its window is cut
+        self.assertEqual(
+            swa.eviction_class(spans[(97, 112)]), COLD
+        )  # its window is cut
         lock = cache.inc_lock_ref(spans[(120, 128)].id)
-        self.assertGreater(spans[(97, 112)].component_data[ComponentType.SWA].lock_ref, 0)
-        self.evict_swa(cache, KV)  # pops [97,112) while it is locked: dropped from the candidates
+        self.assertGreater(
+            spans[(97, 112)].component_data[ComponentType.SWA].lock_ref, 0
+        )
+        self.evict_swa(
+            cache, KV
+        )  # pops [97,112) while it is locked: dropped from the candidates
         self.assertNotIn(spans[(97, 112)].id, swa._candidates[COLD])
         cache.dec_lock_ref(spans[(120, 128)].id, lock.to_dec_params())
         self.assertIn(spans[(97, 112)].id, swa._candidates[COLD])
         swa.check_candidates()
 
-    def test_a_window_that_starts_inside_a_long_node_leaves_its_head_to_the_cold_swa(self):
+    def test_a_window_that_starts_inside_a_long_node_leaves_its_head_to_the_cold_swa(
+        self,
+    ):
         """A match end whose window begins inside a live node at least a window longer than the
         window's part of it: the COLD pass splits the node there and takes the head (no window
         needs it), the window stays whole. A shorter head stays with its window."""
         cache = self.build()
         other = list(range(1000, 1128))
         req = make_prefilling_req(cache, other, rid="long")
-        commit_chunk(cache, req, 128)  # one 128-token insert: [0,97) and the leaf [97,128)
+        commit_chunk(
+            cache, req, 128
+        )  # one 128-token insert: [0,97) and the leaf [97,128)
         release(cache, req, "abort")
         self.assertEqual(match_prefix(cache, other[:97] + [7]).device_prefix_len, 97)
-        self.assertEqual(hit_at(cache, 97), 97)  # PROMPT's [64,97): a 2-token head, kept
+        self.assertEqual(
+            hit_at(cache, 97), 97
+        )  # PROMPT's [64,97): a 2-token head, kept
         # the cold SWA: PROMPT's [0,33) [128,161), the long node's head [0,66)
         self.evict_swa(cache, 66 + 66)
         node, spans = cache.tree_core.root_node, []
         while node.children:
-            node = next((c for c in node.children.values()
-                         if c.key.token_ids[0] == other[sum(n for _, n in spans)]), None)
+            node = next(
+                (
+                    c
+                    for c in node.children.values()
+                    if c.key.token_ids[0] == other[sum(n for _, n in spans)]
+                ),
+                None,
+            )
             if node is None:
                 break
-            spans.append((node.component_data[ComponentType.SWA].value is not None,
-                          len(node.key)))
+            spans.append(
+                (
+                    node.component_data[ComponentType.SWA].value is not None,
+                    len(node.key),
+                )
+            )
         self.assertEqual(spans, [(False, 66), (True, 31), (True, 31)])
         self.assertIn((64, 97), dict(self.nodes(cache)))  # not split for 2 tokens
         self.assertEqual(match_prefix(cache, other[:97] + [7]).device_prefix_len, 97)
-        self.assertEqual([hit_at(cache, end) for end in (64, 97, 128, 192)], [64, 97, 128, 192])
+        self.assertEqual(
+            [hit_at(cache, end) for end in (64, 97, 128, 192)], [64, 97, 128, 192]
+        )
         cache.components[ComponentType.SWA].check_candidates()
         # past the cold SWA a retention window goes, not the 2-token head (no split for it)
         self.evict_swa(cache, 1)
@@ -277,11 +353,17 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
 
     def test_a_match_end_outlasts_the_retention_windows(self):
         cache = self.build()
-        self.assertEqual(hit_at(cache, 64), 64)  # a request matched up to the first chunk end
+        self.assertEqual(
+            hit_at(cache, 64), 64
+        )  # a request matched up to the first chunk end
         again = make_prefilling_req(cache, PROMPT[:128], rid="again")
-        commit_chunk(cache, again, 128)  # an insert ends at 128 later: its window is the MRU
+        commit_chunk(
+            cache, again, 128
+        )  # an insert ends at 128 later: its window is the MRU
         release(cache, again, "abort")
-        self.evict_swa(cache, COLD_TOKENS + 1)  # the window at 128 goes: 128 falls back to 64
+        self.evict_swa(
+            cache, COLD_TOKENS + 1
+        )  # the window at 128 goes: 128 falls back to 64
         self.assertEqual([hit_at(cache, end) for end in (64, 128, 192)], [64, 64, 192])
 
     def test_a_junction_is_a_window(self):
@@ -299,7 +381,9 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         swa = cache.components[ComponentType.SWA]
         branch = make_prefilling_req(cache, PROMPT[:80] + [5] * 40, rid="b")
         commit_chunk(cache, branch, CHUNK)
-        commit_chunk(cache, branch, 120)  # [64,80) a junction; the branch [80,89) [89,120)
+        commit_chunk(
+            cache, branch, 120
+        )  # [64,80) a junction; the branch [80,89) [89,120)
         release(cache, branch, "abort")
         self.evict_swa(cache, 92)  # the cold SWA: [0,33) [80,97) [128,161) [80,89)
         junction = dict(self.nodes(cache))[(64, 80)]
@@ -319,8 +403,10 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
     def test_a_match_lock_takes_one_window_not_the_node_the_window_ends_in(self):
         # match ends at chunk ends, inside a node, and at the leaf; upstream locks whole nodes up
         # to the window (a mid-node end: the piece above it plus the node before, 47 or 53)
-        for component, locked in ((SWAComponent, (31, 47, 31, 53, 31)),
-                                  (SWAIslandComponent, (31,) * 5)):
+        for component, locked in (
+            (SWAComponent, (31, 47, 31, 53, 31)),
+            (SWAIslandComponent, (31,) * 5),
+        ):
             for end, want in zip((64, 80, 128, 150, 192), locked):
                 with self.subTest(component=component.__name__, end=end):
                     cache = self.build(component)
@@ -329,7 +415,9 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
                     self.assertEqual(match.device_prefix_len, end)
                     lock = cache.inc_lock_ref(match.last_device_node)
                     self.assertEqual(cache.swa_protected_size(), want)
-                    self.assertEqual(hit_at(cache, end), end)  # the split kept the match
+                    self.assertEqual(
+                        hit_at(cache, end), end
+                    )  # the split kept the match
                     cache.evict(EvictParams(num_tokens=0, swa_num_tokens=KV))
                     self.assertEqual(hit_at(cache, end), end)  # the locked window stays
                     cache.dec_lock_ref(match.last_device_node, lock.to_dec_params())
@@ -337,8 +425,12 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
                     cache.evict(EvictParams(num_tokens=KV, swa_num_tokens=KV))
                     allocator = cache.token_to_kv_pool_allocator
                     self.assertEqual(
-                        (allocator.full_available_size(), allocator.swa_available_size()),
-                        (allocator.size_full, allocator.size_swa))
+                        (
+                            allocator.full_available_size(),
+                            allocator.swa_available_size(),
+                        ),
+                        (allocator.size_full, allocator.size_swa),
+                    )
 
     def test_a_lock_whose_window_runs_into_a_tombstone_splits_nothing(self):
         cache = self.build()
@@ -354,7 +446,9 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         cache.dec_lock_ref(dict(self.nodes(cache))[(97, 112)].id, lock.to_dec_params())
         self.assertEqual(cache.swa_protected_size(), 0)
 
-    def test_a_host_tier_backs_up_a_window_and_a_page_at_each_end_and_no_cold_chunk(self):
+    def test_a_host_tier_backs_up_a_window_and_a_page_at_each_end_and_no_cold_chunk(
+        self,
+    ):
         """With a host tier a write-through backup of a node takes the SWA without a host copy
         that lies in the window and a page (33 tokens, ``host_backup_tokens``) behind the nearest
         match or insert end at or below it and in the window its own lock covers (31 tokens), and
@@ -363,43 +457,71 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         whole nodes. Every end splits its span off at its start and a chain backs up each of its
         nodes, so an end's span goes to the host: a re-sent prompt, which matches a page short of
         its end, finds its window there."""
+
         def backup(cache, span):
             spans = dict(self.nodes(cache))
-            got = cache.components[ComponentType.SWA]._collect_unbacked_swa_nodes(spans[span])
+            got = cache.components[ComponentType.SWA]._collect_unbacked_swa_nodes(
+                spans[span]
+            )
             return sorted(s for s, n in spans.items() if n in got)
 
         upstream = self.build(SWAComponent, host_tier=True)
         self.assertEqual(backup(upstream, (0, 33)), [(0, 33)])  # a cold chunk, whole
         cache = self.build(host_tier=True)
-        self.assertEqual([span for span, _ in self.nodes(cache)],
-                         [(0, 31), (31, 33), (33, 64), (64, 95), (95, 97), (97, 128),
-                          (128, 159), (159, 161), (161, 192)])
+        self.assertEqual(
+            [span for span, _ in self.nodes(cache)],
+            [
+                (0, 31),
+                (31, 33),
+                (33, 64),
+                (64, 95),
+                (95, 97),
+                (97, 128),
+                (128, 159),
+                (159, 161),
+                (161, 192),
+            ],
+        )
         swa = cache.components[ComponentType.SWA]
         spans = dict(self.nodes(cache))
         # a span's extra page is classed with its end, so the device gives the span up as one
-        self.assertEqual([swa.eviction_class(spans[s]) for s in ((0, 31), (31, 33), (33, 64))],
-                         [COLD, RETENTION, RETENTION])
+        self.assertEqual(
+            [swa.eviction_class(spans[s]) for s in ((0, 31), (31, 33), (33, 64))],
+            [COLD, RETENTION, RETENTION],
+        )
         for cold in ((0, 31), (64, 95), (128, 159)):
             self.assertEqual(backup(cache, cold), [], cold)
-        for start, end in ((31, 64), (95, 128), (159, 192)):  # two chunk ends and the leaf
+        for start, end in (
+            (31, 64),
+            (95, 128),
+            (159, 192),
+        ):  # two chunk ends and the leaf
             # the end's lock covers its 31 tokens; the span's other 2 are the parent's own part
             self.assertEqual(backup(cache, (start + 2, end)), [(start + 2, end)])
             self.assertEqual(backup(cache, (start, start + 2)), [(start, start + 2)])
         # a match ends at 100, inside [97,128): its span [67,100) starts inside [64,95)
         self.assertEqual(hit_at(cache, 100), 100)
-        self.assertEqual([span for span, _ in self.nodes(cache)][3:7],
-                         [(64, 67), (67, 95), (95, 97), (97, 100)])
+        self.assertEqual(
+            [span for span, _ in self.nodes(cache)][3:7],
+            [(64, 67), (67, 95), (95, 97), (97, 100)],
+        )
         self.assertEqual(backup(cache, (97, 100)), [(67, 95), (95, 97), (97, 100)])
         self.assertEqual(backup(cache, (67, 95)), [(67, 95)])
         self.assertEqual(backup(cache, (64, 67)), [])
         cache.components[ComponentType.SWA].check_candidates()
-        self.assertEqual([hit_at(cache, end) for end in (63, 100, 127, 191)], [63, 100, 127, 191])
+        self.assertEqual(
+            [hit_at(cache, end) for end in (63, 100, 127, 191)], [63, 100, 127, 191]
+        )
         # without a host tier an end splits nothing (a lock does, when one is taken)
         cache = self.build()
         self.assertEqual(hit_at(cache, 100), 100)
         self.assertIn((64, 97), dict(self.nodes(cache)))
-        self.assertIsNone(cache.components[ComponentType.SWA]._collect_unbacked_swa_nodes(
-            dict(self.nodes(cache))[(97, 100)]) or None)
+        self.assertIsNone(
+            cache.components[ComponentType.SWA]._collect_unbacked_swa_nodes(
+                dict(self.nodes(cache))[(97, 100)]
+            )
+            or None
+        )
 
     def test_a_hit_on_the_host_keeps_its_window_there_longest(self):
         """With a host tier a match that ends at a window whose SWA is only on the host moves
@@ -409,6 +531,7 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
         keeps the order in which the device gave the nodes up, and loses the hit. Each node gets
         a host copy through upstream's own attach (host slots numbered by token; nothing is
         transferred), then the device gives up all of its SWA."""
+
         def host_hit_at_64(component):
             cache = self.build(component, host_tier=True)
             swa = cache.components[ComponentType.SWA]
@@ -416,7 +539,9 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
                 swa._attach_swa_host_value(node, torch.arange(start, end))
             self.evict_swa(cache, len(PROMPT))
             cache.tree_core.set_hicache_enabled()  # the match takes host windows
-            self.assertEqual(match_prefix(cache, PROMPT[:64] + [7]).swa_host_hit_length, 31)
+            self.assertEqual(
+                match_prefix(cache, PROMPT[:64] + [7]).swa_host_hit_length, 31
+            )
             host_lru = cache.tree_core.host_lru_lists[ComponentType.SWA]
             lru_first, node = [], host_lru.get_lru_no_host_lock()
             while node is not None:
@@ -425,133 +550,70 @@ class TestSWAIslandEvictionOrder(unittest.TestCase):
             # host eviction of three windows and a token: the window at 64 is in the fourth
             # node of upstream's list and the last two of the island list
             spans = {node: span for span, node in self.nodes(cache)}
-            swa.drive_host_eviction(3 * 31 + 1, defaultdict(int), defaultdict(list),
-                                    defaultdict(list), [])
-            return ([spans[node] for node in lru_first],
-                    match_prefix(cache, PROMPT[:64] + [7]).swa_host_hit_length)
+            swa.drive_host_eviction(
+                3 * 31 + 1, defaultdict(int), defaultdict(list), defaultdict(list), []
+            )
+            return (
+                [spans[node] for node in lru_first],
+                match_prefix(cache, PROMPT[:64] + [7]).swa_host_hit_length,
+            )
 
         order, hit = host_hit_at_64(SWAComponent)
         self.assertEqual(order, [(0, 33), (33, 64), (64, 97), (97, 128), (128, 161)])
         self.assertEqual(hit, 0)
         order, hit = host_hit_at_64(SWAIslandComponent)
-        self.assertEqual(order, [(0, 31), (64, 95), (128, 159), (97, 128), (95, 97), (159, 161),
-                                 (31, 33), (33, 64)])
+        self.assertEqual(
+            order,
+            [
+                (0, 31),
+                (64, 95),
+                (128, 159),
+                (97, 128),
+                (95, 97),
+                (159, 161),
+                (31, 33),
+                (33, 64),
+            ],
+        )
         self.assertEqual(hit, 31)
 
     def test_the_setting_picks_the_component_and_window_runs_on_the_python_core(self):
-        for order, backend, component, core in (("lru", "rust", SWAComponent, "rust"),
-                                                 ("lru", "python", SWAComponent, "python"),
-                                                 ("window", "rust", SWAIslandComponent, "python")):
+        for order, backend, component, core in (
+            ("lru", "rust", SWAComponent, "rust"),
+            ("lru", "python", SWAComponent, "python"),
+            ("window", "rust", SWAIslandComponent, "python"),
+        ):
             with self.subTest(order=order, backend=backend):
-                cache = SWAIslandUnifiedRadixCache(build_params(
-                    kv_size=KV, tree_core_backend=backend, enable_swa_islands=True,
-                    chunked_prefill_size=CHUNK, swa_islands_eviction=order))
+                cache = SWAIslandUnifiedRadixCache(
+                    build_params(
+                        kv_size=KV,
+                        tree_core_backend=backend,
+                        enable_swa_islands=True,
+                        chunked_prefill_size=CHUNK,
+                        swa_islands_eviction=order,
+                    )
+                )
                 self.assertIs(type(cache.components[ComponentType.SWA]), component)
                 self.assertEqual(cache._tree_core_backend, core)
         with self.assertRaisesRegex(ValueError, "swa_islands_eviction must be one of"):
-            SWAIslandUnifiedRadixCache(build_params(
-                kv_size=KV, enable_swa_islands=True, swa_islands_eviction="fifo"))
+            SWAIslandUnifiedRadixCache(
+                build_params(
+                    kv_size=KV, enable_swa_islands=True, swa_islands_eviction="fifo"
+                )
+            )
 
     def test_pools_are_back_at_baseline_after_everything_is_evicted(self):
         cache = self.build()
         allocator = cache.token_to_kv_pool_allocator
         self.evict_swa(cache, COLD_TOKENS + 1)
         cache.evict(EvictParams(num_tokens=KV, swa_num_tokens=KV))
-        self.assertEqual((cache.full_evictable_size(), cache.swa_evictable_size()), (0, 0))
-        self.assertEqual((allocator.full_available_size(), allocator.swa_available_size()),
-                         (allocator.size_full, allocator.size_swa))
-
-
-class TestSWAIslandEvictionIndex(unittest.TestCase):
-    """Random traffic against the candidate index (``SWAIslandComponent.check_candidates``) and
-    the cold-first order, with an oracle that classifies every live node (O(tree), tests only)."""
-
-    KV = 2048
-
-    def live_nodes(self, cache):
-        swa = cache.components[ComponentType.SWA]
-        lru = cache.tree_core.lru_lists[ComponentType.SWA]
-        out, node = {}, lru.get_lru_no_lock()
-        while node is not None:
-            out[node.id] = (swa.eviction_class(node), len(node.key))
-            node = lru.get_prev_no_lock(node)
-        return out
-
-    def evict_checked(self, cache, tokens):
-        before = self.live_nodes(cache)
-        cold = sum(n for c, n in before.values() if c == COLD)
-        longest = max((n for _, n in before.values()), default=0)
-        cache.evict(EvictParams(num_tokens=0, swa_num_tokens=tokens))
-        after = self.live_nodes(cache)
-        gone = [i for i in before if i not in after]
-        if tokens + longest <= cold:
-            self.assertTrue(all(before[i][0] == COLD for i in gone),
-                            f"a window went while {cold} cold tokens remained: "
-                            f"{[(i, before[i]) for i in gone if before[i][0] != COLD]}")
-        cache.components[ComponentType.SWA].check_candidates()
-
-    def test_random_traffic_keeps_the_index_and_takes_cold_first(self):
-        for seed in range(5):
-            with self.subTest(seed=seed):
-                self.run_traffic(random.Random(seed))
-
-    def test_with_a_host_tier_random_traffic_keeps_the_index_and_takes_cold_first(self):
-        """The same with ``has_swa_host_pool`` (the ends' windows split off at every match and
-        insert end, for their backups)."""
-        for seed in range(5, 8):
-            with self.subTest(seed=seed):
-                self.run_traffic(random.Random(seed), host_tier=True)
-
-    def run_traffic(self, rng, host_tier=False):
-        params = build_params(
-            max_num_reqs=4, kv_size=self.KV, tree_core_backend="python",
-            enable_swa_islands=True, swa_islands_reclaim=rng.choice(["lazy", "auto"]),
-            chunked_prefill_size=CHUNK, swa_islands_decode_interval=rng.choice([16, 48]),
-            swa_islands_eviction="window")
-        cache = SWAIslandUnifiedRadixCache(params)
-        cache.tree_core.has_swa_host_pool = host_tier
-        swa = cache.components[ComponentType.SWA]
-        allocator = cache.token_to_kv_pool_allocator
-        transcripts, token = [], 1000
-        for i in range(40):
-            if transcripts and rng.random() < 0.7:
-                base = rng.choice(transcripts)
-                cut = len(base) if rng.random() < 0.3 else rng.randrange(1, len(base) + 1)
-                prompt = base[:cut]  # a whole transcript continued, or one cut somewhere
-            else:
-                prompt = []
-            fresh = rng.randrange(8, 160)
-            prompt = prompt + list(range(token, token + fresh))
-            token += fresh
-            prompt = prompt[:300]
-            need = len(prompt) + 48
-            if min(allocator.full_available_size(), allocator.swa_available_size()) < need:
-                cache.evict(EvictParams(num_tokens=need, swa_num_tokens=need))
-            req = make_prefilling_req(cache, prompt, rid=f"q{i}")
-            for end in range(CHUNK, len(prompt) + CHUNK, CHUNK):
-                commit_chunk(cache, req, min(end, len(prompt)))
-                swa.check_candidates()
-                if rng.random() < 0.3:  # while the request holds its locks
-                    self.evict_checked(cache, rng.randrange(1, 100))
-            how = rng.choice(["finish", "finish", "abort"])
-            if how == "finish":
-                finish_prefill(req, token)
-                for step in range(rng.randrange(0, 60)):
-                    token += 1
-                    decode_step(cache, req, [token], swa_eviction_interval=34)
-                    if step % 7 == 6:
-                        self.evict_checked(cache, rng.randrange(1, 100))
-                swa.check_candidates()
-                transcripts.append(list(req.origin_input_ids) + list(req.output_ids[:-1]))
-            release(cache, req, how)
-            swa.check_candidates()
-            for _ in range(rng.randrange(0, 3)):
-                if transcripts:
-                    t = rng.choice(transcripts)
-                    match_prefix(cache, t[: rng.randrange(1, len(t) + 1)] + [7])
-            self.evict_checked(cache, rng.randrange(1, 200))
-        self.evict_checked(cache, self.KV)
-        self.assertEqual(cache.swa_evictable_size(), 0)
+        self.assertEqual(
+            (cache.full_evictable_size(), cache.swa_evictable_size()), (0, 0)
+        )
+        self.assertEqual(
+            (allocator.full_available_size(), allocator.swa_available_size()),
+            (allocator.size_full, allocator.size_swa),
+        )
 
 
 if __name__ == "__main__":

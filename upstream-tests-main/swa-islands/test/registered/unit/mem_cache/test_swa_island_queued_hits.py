@@ -15,15 +15,6 @@ import random
 import unittest
 from array import array
 
-from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
-from sglang.srt.managers.schedule_policy import PrefillAdder
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams
-from sglang.srt.mem_cache.swa_island_formulas import COLD, QUEUED, RETENTION, WINDOW
-from sglang.srt.mem_cache.swa_island_queue import QueuedHits
-from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
-from sglang.srt.mem_cache.unified_cache.components import ComponentType
-from sglang.srt.sampling.sampling_params import SamplingParams
-from sglang.test.ci.ci_register import register_cpu_ci
 from swa_islands_stack import (
     build_params,
     commit_chunk,
@@ -33,6 +24,16 @@ from swa_islands_stack import (
     match_prefix,
     release,
 )
+
+from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+from sglang.srt.managers.schedule_policy import PrefillAdder
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+from sglang.srt.mem_cache.swa_island_formulas import COLD, QUEUED, RETENTION, WINDOW
+from sglang.srt.mem_cache.swa_island_queue import QueuedHits
+from sglang.srt.mem_cache.swa_island_radix_cache import SWAIslandUnifiedRadixCache
+from sglang.srt.mem_cache.unified_cache.components import ComponentType
+from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.test.ci.ci_register import register_cpu_ci
 
 register_cpu_ci(est_time=5, suite="base-a-test-cpu")
 
@@ -46,8 +47,12 @@ def waiting_req(prompt, rid) -> Req:
     """A request as it joins the waiting queue: tokens, no KV row, nothing matched yet."""
     params = SamplingParams(temperature=0, max_new_tokens=4)
     params.normalize(None)
-    return Req(rid=rid, origin_input_text="", origin_input_ids=array("q", prompt),
-               sampling_params=params)
+    return Req(
+        rid=rid,
+        origin_input_text="",
+        origin_input_ids=array("q", prompt),
+        sampling_params=params,
+    )
 
 
 def hit_at(cache, end: int) -> int:
@@ -66,9 +71,17 @@ def hit_end(cache, req) -> int:
 
 class TestSWAIslandQueuedHits(unittest.TestCase):
     def build(self, eviction="window"):
-        cache = SWAIslandUnifiedRadixCache(build_params(
-            max_num_reqs=4, kv_size=KV, tree_core_backend="python", enable_swa_islands=True,
-            swa_islands_reclaim="lazy", chunked_prefill_size=CHUNK, swa_islands_eviction=eviction))
+        cache = SWAIslandUnifiedRadixCache(
+            build_params(
+                max_num_reqs=4,
+                kv_size=KV,
+                tree_core_backend="python",
+                enable_swa_islands=True,
+                swa_islands_reclaim="lazy",
+                chunked_prefill_size=CHUNK,
+                swa_islands_eviction=eviction,
+            )
+        )
         req = make_prefilling_req(cache, PROMPT)
         for k in range(1, CHUNKS + 1):
             commit_chunk(cache, req, k * CHUNK)
@@ -87,12 +100,18 @@ class TestSWAIslandQueuedHits(unittest.TestCase):
         for queued, hits in ((False, (0, 0, 192)), (True, (64, 64, 64))):
             with self.subTest(queued=queued):
                 cache = self.build()
-                waiting = waiting_req(PROMPT[:64] + [5] * 20, "w")  # the waiting queue holds it
+                waiting = waiting_req(
+                    PROMPT[:64] + [5] * 20, "w"
+                )  # the waiting queue holds it
                 if queued:
                     cache.on_request_queued(waiting)
                 self.evict_swa(cache, everything_else)
-                self.assertEqual(cache.swa_evictable_size(), len(PROMPT) - everything_else)
-                self.assertEqual(tuple(hit_at(cache, end) for end in (64, 128, 192)), hits)
+                self.assertEqual(
+                    cache.swa_evictable_size(), len(PROMPT) - everything_else
+                )
+                self.assertEqual(
+                    tuple(hit_at(cache, end) for end in (64, 128, 192)), hits
+                )
 
     def test_the_window_of_a_queued_hit_is_its_class(self):
         cache = self.build()
@@ -102,10 +121,14 @@ class TestSWAIslandQueuedHits(unittest.TestCase):
         path = {}
         node = cache.tree_core.root_node
         for start in (0, 33, 64, 97, 128, 161):
-            node = next(c for c in node.children.values() if c.key.token_ids[0] == PROMPT[start])
+            node = next(
+                c for c in node.children.values() if c.key.token_ids[0] == PROMPT[start]
+            )
             path[start] = node
-        self.assertEqual([swa.eviction_class(path[s]) for s in (0, 33, 64, 97, 128, 161)],
-                         [COLD, RETENTION, COLD, QUEUED, COLD, WINDOW])
+        self.assertEqual(
+            [swa.eviction_class(path[s]) for s in (0, 33, 64, 97, 128, 161)],
+            [COLD, RETENTION, COLD, QUEUED, COLD, WINDOW],
+        )
         swa.check_candidates()
 
     def test_latest_queued_goes_first_among_queued_hits(self):
@@ -113,8 +136,10 @@ class TestSWAIslandQueuedHits(unittest.TestCase):
         for first, hits in ((64, (64, 64)), (128, (0, 128))):
             with self.subTest(queued_first=first):
                 cache = self.build()
-                waiting = [waiting_req(PROMPT[:end] + [5] * 20, f"w{end}")
-                           for end in (first, 192 - first)]
+                waiting = [
+                    waiting_req(PROMPT[:end] + [5] * 20, f"w{end}")
+                    for end in (first, 192 - first)
+                ]
                 for req in waiting:
                     cache.on_request_queued(req)
                 self.evict_swa(cache, COLD_TOKENS + 2 * WINDOW_TOKENS)
@@ -133,7 +158,9 @@ class TestSWAIslandQueuedHits(unittest.TestCase):
             cache.on_request_queued(req)
         leaf = cache.tree_core.root_node
         while leaf.children:
-            leaf = next(c for c in leaf.children.values() if c.key.token_ids[0] in PROMPT)
+            leaf = next(
+                c for c in leaf.children.values() if c.key.token_ids[0] in PROMPT
+            )
         self.assertEqual(len(leaf.key), 31)
         lock = cache.inc_lock_ref(leaf.id)
         self.evict_swa(cache, 77 + 22 + 31)
@@ -166,7 +193,9 @@ class TestSWAIslandQueuedHits(unittest.TestCase):
                 swa = cache.components[ComponentType.SWA]
                 waiting = waiting_req(PROMPT[:64] + [5] * 20, "w")
                 cache.on_request_queued(waiting)
-                self.assertEqual(hit_at(cache, 192), 192)  # the leaf: the latest match end
+                self.assertEqual(
+                    hit_at(cache, 192), 192
+                )  # the leaf: the latest match end
                 if not alive:
                     del waiting
                     gc.collect()
@@ -177,20 +206,32 @@ class TestSWAIslandQueuedHits(unittest.TestCase):
                 swa.check_candidates()
 
     def test_a_checkpoint_moves_the_queued_hits_that_continue_along_it(self):
-        cache = SWAIslandUnifiedRadixCache(build_params(
-            max_num_reqs=4, kv_size=KV, tree_core_backend="python", enable_swa_islands=True,
-            swa_islands_reclaim="lazy", chunked_prefill_size=CHUNK, swa_islands_eviction="window"))
+        cache = SWAIslandUnifiedRadixCache(
+            build_params(
+                max_num_reqs=4,
+                kv_size=KV,
+                tree_core_backend="python",
+                enable_swa_islands=True,
+                swa_islands_reclaim="lazy",
+                chunked_prefill_size=CHUNK,
+                swa_islands_eviction="window",
+            )
+        )
         running = make_prefilling_req(cache, PROMPT, rid="running")
         commit_chunk(cache, running, CHUNK)
         follower = waiting_req(PROMPT[:150] + [5] * 20, "follower")
-        other = waiting_req(PROMPT[:40] + [6] * 30, "other")  # diverges inside the first chunk
+        other = waiting_req(
+            PROMPT[:40] + [6] * 30, "other"
+        )  # diverges inside the first chunk
         for req in (follower, other):
             cache.on_request_queued(req)
         self.assertEqual((hit_end(cache, follower), hit_end(cache, other)), (64, 40))
         commit_chunk(cache, running, 2 * CHUNK)
         self.assertEqual((hit_end(cache, follower), hit_end(cache, other)), (128, 40))
         commit_chunk(cache, running, 3 * CHUNK)
-        self.assertEqual(hit_end(cache, follower), 150)  # the match ends inside the last chunk
+        self.assertEqual(
+            hit_end(cache, follower), 150
+        )  # the match ends inside the last chunk
         release(cache, running, "abort")
         # the follower's window at 150 ([119,150), in the nodes [97,128) and [128,150): 53
         # tokens) outlasts the rest of the prompt
@@ -199,10 +240,18 @@ class TestSWAIslandQueuedHits(unittest.TestCase):
         cache.components[ComponentType.SWA].check_candidates()
 
     def test_a_decode_island_moves_a_follow_up_queued_behind_its_request(self):
-        cache = SWAIslandUnifiedRadixCache(build_params(
-            max_num_reqs=4, kv_size=KV, tree_core_backend="python", enable_swa_islands=True,
-            swa_islands_reclaim="lazy", chunked_prefill_size=CHUNK, swa_islands_decode_interval=16,
-            swa_islands_eviction="window"))
+        cache = SWAIslandUnifiedRadixCache(
+            build_params(
+                max_num_reqs=4,
+                kv_size=KV,
+                tree_core_backend="python",
+                enable_swa_islands=True,
+                swa_islands_reclaim="lazy",
+                chunked_prefill_size=CHUNK,
+                swa_islands_decode_interval=16,
+                swa_islands_eviction="window",
+            )
+        )
         prompt = PROMPT[:64]
         running = make_prefilling_req(cache, prompt, rid="running")
         commit_chunk(cache, running, len(prompt))
@@ -224,32 +273,50 @@ class TestSWAIslandQueuedHits(unittest.TestCase):
         for own, reserve in ((40, 40), (90, 62)):
             with self.subTest(held=own):
                 cache = self.build()
-                waiting = [waiting_req(PROMPT[:end] + [5] * 20, f"w{i}")
-                           for i, end in enumerate((64, 128, 64))]
+                waiting = [
+                    waiting_req(PROMPT[:end] + [5] * 20, f"w{i}")
+                    for i, end in enumerate((64, 128, 64))
+                ]
                 for req in waiting:
                     cache.on_request_queued(req)
-                running = make_prefilling_req(cache, list(range(900, 900 + own)), rid="running")
+                running = make_prefilling_req(
+                    cache, list(range(900, 900 + own)), rid="running"
+                )
                 batch = ScheduleBatch(reqs=[running], batch_is_full=False)
                 self.assertEqual(cache.swa_admission_reserve(batch), reserve)
                 allocator = cache.token_to_kv_pool_allocator
-                adder = PrefillAdder(1, cache, allocator, batch, 0.5, 4096, CHUNK,
-                                     max_running_requests=4)
-                self.assertEqual(adder.memory_budget.remaining_swa,
-                                 allocator.swa_available_size() + cache.swa_evictable_size()
-                                 - reserve)
-                if own == 90:  # a hit whose end is locked has no window admission could spend
+                adder = PrefillAdder(
+                    1, cache, allocator, batch, 0.5, 4096, CHUNK, max_running_requests=4
+                )
+                self.assertEqual(
+                    adder.memory_budget.remaining_swa,
+                    allocator.swa_available_size()
+                    + cache.swa_evictable_size()
+                    - reserve,
+                )
+                if (
+                    own == 90
+                ):  # a hit whose end is locked has no window admission could spend
                     node = cache.components[ComponentType.SWA].queued.hits[waiting[1]]
                     lock = cache.inc_lock_ref(node.id)
                     self.assertEqual(cache.swa_admission_reserve(batch), 31)
                     cache.dec_lock_ref(node.id, lock.to_dec_params())
                 # counted up to the limit, visiting at most the hits it is allowed to
                 swa = cache.components[ComponentType.SWA]
-                self.assertEqual([swa.spendable_queued_hits(limit, visits)
-                                  for limit, visits in ((10, 10), (1, 10), (10, 1), (0, 10))],
-                                 [2, 1, 1, 0])
+                self.assertEqual(
+                    [
+                        swa.spendable_queued_hits(limit, visits)
+                        for limit, visits in ((10, 10), (1, 10), (10, 1), (0, 10))
+                    ],
+                    [2, 1, 1, 0],
+                )
                 # nothing running: nothing reserved, so admission always makes progress
                 self.assertEqual(
-                    cache.swa_admission_reserve(ScheduleBatch(reqs=[], batch_is_full=False)), 0)
+                    cache.swa_admission_reserve(
+                        ScheduleBatch(reqs=[], batch_is_full=False)
+                    ),
+                    0,
+                )
                 for req in waiting:  # admitted or gone: no queued hit, no reserve
                     cache.on_release(req, checkpointed=False)
                 self.assertEqual(cache.swa_admission_reserve(batch), 0)
@@ -260,8 +327,12 @@ class TestSWAIslandQueuedHits(unittest.TestCase):
         waiting = waiting_req(PROMPT[:64] + [5] * 20, "w")
         cache.on_request_queued(waiting)
         running = make_prefilling_req(cache, list(range(900, 960)), rid="running")
-        self.assertEqual(cache.swa_admission_reserve(
-            ScheduleBatch(reqs=[running], batch_is_full=False)), 0)
+        self.assertEqual(
+            cache.swa_admission_reserve(
+                ScheduleBatch(reqs=[running], batch_is_full=False)
+            ),
+            0,
+        )
         release(cache, running, "abort")
 
     def test_lru_order_keeps_no_queued_hits(self):
@@ -287,9 +358,17 @@ class TestSWAIslandQueuedHits(unittest.TestCase):
         return out
 
     def run_traffic(self, rng):
-        cache = SWAIslandUnifiedRadixCache(build_params(
-            max_num_reqs=4, kv_size=2048, tree_core_backend="python", enable_swa_islands=True,
-            swa_islands_reclaim="lazy", chunked_prefill_size=CHUNK, swa_islands_eviction="window"))
+        cache = SWAIslandUnifiedRadixCache(
+            build_params(
+                max_num_reqs=4,
+                kv_size=2048,
+                tree_core_backend="python",
+                enable_swa_islands=True,
+                swa_islands_reclaim="lazy",
+                chunked_prefill_size=CHUNK,
+                swa_islands_eviction="window",
+            )
+        )
         swa = cache.components[ComponentType.SWA]
         transcripts, waiting, token = [], [], 1000
         for i in range(30):
@@ -303,10 +382,15 @@ class TestSWAIslandQueuedHits(unittest.TestCase):
                 cache.on_request_queued(req)
                 waiting.append(req)
             if waiting and rng.random() < 0.3:
-                cache.on_release(waiting.pop(rng.randrange(len(waiting))), checkpointed=False)
+                cache.on_release(
+                    waiting.pop(rng.randrange(len(waiting))), checkpointed=False
+                )
             need = len(prompt) + 8
             allocator = cache.token_to_kv_pool_allocator
-            if min(allocator.full_available_size(), allocator.swa_available_size()) < need:
+            if (
+                min(allocator.full_available_size(), allocator.swa_available_size())
+                < need
+            ):
                 cache.evict(EvictParams(num_tokens=need, swa_num_tokens=need))
             req = make_prefilling_req(cache, prompt, rid=f"r{i}")
             for end in range(CHUNK, len(prompt) + CHUNK, CHUNK):
@@ -322,8 +406,10 @@ class TestSWAIslandQueuedHits(unittest.TestCase):
             after = self.live_classes(cache)
             gone = [k for k in before if k not in after]
             if tokens + longest <= others:
-                self.assertFalse([k for k in gone if before[k][0] == QUEUED],
-                                 "a queued hit's window went while other SWA remained")
+                self.assertFalse(
+                    [k for k in gone if before[k][0] == QUEUED],
+                    "a queued hit's window went while other SWA remained",
+                )
             swa.check_candidates()
         self.evict_swa(cache, 2048)
         self.assertEqual(cache.swa_evictable_size(), 0)
@@ -343,7 +429,9 @@ class TestQueuedHitsLatestFirst(unittest.TestCase):
         a, b, c = self.Waiting(), self.Waiting(), self.Waiting()
         for req, node in ((a, n1), (b, n2), (c, n1)):
             hits.set(req, node)
-        self.assertEqual(list(hits.latest_first()), [n2, n1])  # n1 waits for a, the earliest
+        self.assertEqual(
+            list(hits.latest_first()), [n2, n1]
+        )  # n1 waits for a, the earliest
         hits.drop(a)
         self.assertEqual(list(hits.latest_first()), [n1, n2])  # now for c, after b
         hits.set(b, root)  # b hits nothing: the root is not a queued hit
@@ -372,7 +460,9 @@ class TestQueuedHitsLatestFirst(unittest.TestCase):
             hits.set(req, node)
         walk = hits.latest_first()
         self.assertIs(next(walk), ends[-1])
-        self.assertEqual(len(walk.gi_frame.f_locals["left"]), 1)  # one request passed of 1000
+        self.assertEqual(
+            len(walk.gi_frame.f_locals["left"]), 1
+        )  # one request passed of 1000
 
 
 if __name__ == "__main__":

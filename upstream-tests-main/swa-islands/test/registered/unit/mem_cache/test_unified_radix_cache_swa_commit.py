@@ -13,18 +13,19 @@ test to say so).
 
 import unittest
 
+from swa_islands_stack import build_params  # beside this file
+from swa_islands_stack import (
+    WINDOW_LEFT,
+    commit_chunk,
+    make_prefilling_req,
+    match_prefix,
+)
+
 from sglang.srt.environ import envs
 from sglang.srt.mem_cache.swa_island_formulas import swa_tombstone_frontier
 from sglang.srt.mem_cache.unified_cache.components import ComponentType
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 from sglang.test.ci.ci_register import register_cpu_ci
-from swa_islands_stack import (  # beside this file
-    WINDOW_LEFT,
-    build_params,
-    commit_chunk,
-    make_prefilling_req,
-    match_prefix,
-)
 
 register_cpu_ci(est_time=10, suite="base-a-test-cpu")
 
@@ -41,16 +42,24 @@ class _CommitSuite:
     def commit_prompt(self, free_out_of_window: bool):
         """[(end, protected, evicted, locked SWA, evictable SWA)] after each chunk commit, and the
         prefix the branch then hits."""
-        with envs.SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS.override(free_out_of_window):
+        with envs.SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS.override(
+            free_out_of_window
+        ):
             cache = UnifiedRadixCache(build_params(tree_core_backend=self.BACKEND))
             self.assertEqual(cache._tree_core_backend, self.BACKEND)
             req = make_prefilling_req(cache, PROMPT)
             rows = []
             for k in range(1, CHUNKS + 1):
                 commit_chunk(cache, req, k * CHUNK)
-                rows.append((k * CHUNK, req.kv.cache_protected_len,
-                             req.kv.get_evicted_seqlen(ComponentType.SWA),
-                             cache.swa_protected_size(), cache.swa_evictable_size()))
+                rows.append(
+                    (
+                        k * CHUNK,
+                        req.kv.cache_protected_len,
+                        req.kv.get_evicted_seqlen(ComponentType.SWA),
+                        cache.swa_protected_size(),
+                        cache.swa_evictable_size(),
+                    )
+                )
             return rows, match_prefix(cache, BRANCH).device_prefix_len
 
     def test_every_chunk_commit_leaves_one_locked_window(self):
@@ -58,8 +67,12 @@ class _CommitSuite:
             with self.subTest(free_out_of_window=free):
                 rows, _ = self.commit_prompt(free)
                 for end, protected, _, locked, _ in rows:
-                    self.assertEqual(protected, end)  # everything committed is tree-owned
-                    self.assertEqual(locked, WINDOW_LEFT)  # one window, page-rounded (p = 1)
+                    self.assertEqual(
+                        protected, end
+                    )  # everything committed is tree-owned
+                    self.assertEqual(
+                        locked, WINDOW_LEFT
+                    )  # one window, page-rounded (p = 1)
                     self.assertLessEqual(locked, W + 2 * P)
 
     def test_the_commit_free_tombstones_below_main_frontier(self):
@@ -70,8 +83,11 @@ class _CommitSuite:
             self.assertEqual(evicted, end - 1 - WINDOW_LEFT)
             self.assertEqual(swa_tombstone_frontier(end, W, P), evicted - 1)
             # live and unlocked: the tail windows of earlier chunks, tree-owned
-            self.assertEqual(evictable, (end // CHUNK - 1) * (CHUNK - (end - evicted))
-                             + (end - evicted - WINDOW_LEFT))
+            self.assertEqual(
+                evictable,
+                (end // CHUNK - 1) * (CHUNK - (end - evicted))
+                + (end - evicted - WINDOW_LEFT),
+            )
 
     def test_with_the_commit_free_a_branch_inside_a_chunk_hits_only_the_chunk_end(self):
         _, hit = self.commit_prompt(True)

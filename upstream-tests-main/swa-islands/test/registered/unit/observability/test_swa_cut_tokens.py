@@ -14,7 +14,9 @@ from types import SimpleNamespace
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from sglang.srt.managers.schedule_batch import Req
-from sglang.srt.managers.scheduler_components.output_streamer import SchedulerOutputStreamer
+from sglang.srt.managers.scheduler_components.output_streamer import (
+    SchedulerOutputStreamer,
+)
 from sglang.srt.mem_cache.common import match_kv_cache
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 from sglang.srt.observability.metrics_collector import TokenizerMetricsCollector
@@ -33,12 +35,18 @@ register_cpu_ci(est_time=5, suite="base-a-test-cpu")
 
 CHUNK = 64
 PROMPT = list(range(10, 10 + 3 * CHUNK))
-DIVERGE_AT = CHUNK + 36  # inside the second chunk: its SWA was freed at the third commit
+DIVERGE_AT = (
+    CHUNK + 36
+)  # inside the second chunk: its SWA was freed at the third commit
 
 
 def waiting_req(ids, rid="b") -> Req:
-    return Req(rid=rid, origin_input_text="", origin_input_ids=array("q", ids),
-               sampling_params=SamplingParams(temperature=0, max_new_tokens=1))
+    return Req(
+        rid=rid,
+        origin_input_text="",
+        origin_input_ids=array("q", ids),
+        sampling_params=SamplingParams(temperature=0, max_new_tokens=1),
+    )
 
 
 class TestSwaCutLen(unittest.TestCase):
@@ -56,7 +64,7 @@ class TestSwaCutLen(unittest.TestCase):
                 self.assertLess(hit, DIVERGE_AT)  # cut back to where a window ends
                 self.assertEqual(branch.swa_cut_len, DIVERGE_AT - hit)
                 # a match that reaches the end of the Full KV has nothing cut
-                same = waiting_req(PROMPT[:CHUNK * 3] + [5])
+                same = waiting_req(PROMPT[: CHUNK * 3] + [5])
                 match_kv_cache(same, cache)
                 self.assertEqual(same.swa_cut_len, 0)
                 self.assertEqual(same.prefix_len, CHUNK * 3)
@@ -77,33 +85,56 @@ class TestSwaCutReported(unittest.TestCase):
         return SchedulerOutputStreamer.get_cached_tokens_details(streamer, req)
 
     def test_cached_tokens_details_carry_the_cut(self):
-        self.assertEqual(self.details(cached_tokens_device=60, cached_tokens_swa_cut=40),
-                         {"device": 60, "host": 0, "swa_cut": 40})
+        self.assertEqual(
+            self.details(cached_tokens_device=60, cached_tokens_swa_cut=40),
+            {"device": 60, "host": 0, "swa_cut": 40},
+        )
         # a hit the SWA cut to nothing is still reported
-        self.assertEqual(self.details(cached_tokens_swa_cut=100),
-                         {"device": 0, "host": 0, "swa_cut": 100})
-        self.assertEqual(self.details(cached_tokens_device=60), {"device": 60, "host": 0})
+        self.assertEqual(
+            self.details(cached_tokens_swa_cut=100),
+            {"device": 0, "host": 0, "swa_cut": 100},
+        )
+        self.assertEqual(
+            self.details(cached_tokens_device=60), {"device": 60, "host": 0}
+        )
         self.assertIsNone(self.details())
 
     def test_the_counter_adds_each_finished_requests_cut(self):
         registry = CollectorRegistry()
 
-        class Collector(TokenizerMetricsCollector):  # prometheus metrics on a private registry
+        class Collector(
+            TokenizerMetricsCollector
+        ):  # prometheus metrics on a private registry
             _counter_cls = partial(Counter, registry=registry)
             _gauge_cls = partial(Gauge, registry=registry)
             _histogram_cls = partial(Histogram, registry=registry)
 
         labels = {"model_name": "m"}
         collector = Collector(labels=labels)
-        for cached, details in ((0, {"device": 0, "host": 0, "swa_cut": 100}),
-                                (60, {"device": 60, "host": 0, "swa_cut": 40}),
-                                (60, {"device": 60, "host": 0}), (0, None)):
+        for cached, details in (
+            (0, {"device": 0, "host": 0, "swa_cut": 100}),
+            (60, {"device": 60, "host": 0, "swa_cut": 40}),
+            (60, {"device": 60, "host": 0}),
+            (0, None),
+        ):
             collector.observe_one_finished_request(
-                labels, prompt_tokens=200, generation_tokens=4, cached_tokens=cached,
-                e2e_latency=0.1, has_grammar=False, cached_tokens_details=details)
-        self.assertEqual(registry.get_sample_value("sglang:swa_cut_tokens_total", labels), 140)
-        self.assertEqual(registry.get_sample_value(
-            "sglang:cached_tokens_total", {**labels, "cache_source": "device"}), 120)
+                labels,
+                prompt_tokens=200,
+                generation_tokens=4,
+                cached_tokens=cached,
+                e2e_latency=0.1,
+                has_grammar=False,
+                cached_tokens_details=details,
+            )
+        self.assertEqual(
+            registry.get_sample_value("sglang:swa_cut_tokens_total", labels), 140
+        )
+        self.assertEqual(
+            registry.get_sample_value(
+                "sglang:cached_tokens_total", {**labels, "cache_source": "device"}
+            ),
+            120,
+        )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,16 @@ except ImportError:  # test_utils needs the benchmark extras (e.g. datasets)
 
 register_cpu_ci(est_time=5, suite="base-a-test-cpu")
 
-HQ, HKV, D, W, N = 4, 2, 8, 3, 8  # query heads, KV heads, head dim, window_left, prompt tokens
-CHUNK = 5  # the prompt is prefilled in two extends: 5 tokens, then 3 on a 5-token prefix
+HQ, HKV, D, W, N = (
+    4,
+    2,
+    8,
+    3,
+    8,
+)  # query heads, KV heads, head dim, window_left, prompt tokens
+CHUNK = (
+    5  # the prompt is prefilled in two extends: 5 tokens, then 3 on a 5-token prefix
+)
 SWA_LAYER, FULL_LAYER = 0, 1
 
 
@@ -75,7 +83,8 @@ class TestTorchNativeAttentionSinks(CustomTestCase):
 
     def _reference(self, layer_id, t, sinks):
         """Token t attends to tokens max(0, t - W)..t on the SWA layer, 0..t on the full one;
-        query head h reads KV head h // (HQ // HKV); the sink logit joins the softmax only."""
+        query head h reads KV head h // (HQ // HKV); the sink logit joins the softmax only.
+        """
         k = self.k[: t + 1].repeat_interleave(HQ // HKV, dim=1)
         v = self.v[: t + 1].repeat_interleave(HQ // HKV, dim=1)
         s = torch.einsum("hd,khd->hk", self.q[t], k) * D**-0.5
@@ -118,7 +127,12 @@ class TestTorchNativeAttentionSinks(CustomTestCase):
         )
         self.backend.init_forward_metadata(fb)
         decode = self.backend.forward_decode(
-            self.q[N:].reshape(1, -1), self.k[N:], self.v[N:], _layer(layer_id), fb, **kwargs
+            self.q[N:].reshape(1, -1),
+            self.k[N:],
+            self.v[N:],
+            _layer(layer_id),
+            fb,
+            **kwargs,
         )
         return torch.cat(outs), decode[0]
 

@@ -9,6 +9,7 @@ import unittest
 from types import SimpleNamespace as NS
 
 import torch
+
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool

@@ -107,13 +107,17 @@ class TestTorchNativeSWAKVReads(CustomTestCase):
         extend, decode = self._extend_then_decode(SWA_LAYER)
         expected = torch.stack([self._reference(SWA_LAYER, t) for t in range(N)])
         torch.testing.assert_close(extend, expected, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(decode, self._reference(SWA_LAYER, N), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            decode, self._reference(SWA_LAYER, N), atol=1e-5, rtol=1e-5
+        )
 
     def test_full_layer_is_unchanged(self):
         extend, decode = self._extend_then_decode(FULL_LAYER)
         expected = torch.stack([self._reference(FULL_LAYER, t) for t in range(N)])
         torch.testing.assert_close(extend, expected, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(decode, self._reference(FULL_LAYER, N), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            decode, self._reference(FULL_LAYER, N), atol=1e-5, rtol=1e-5
+        )
 
 
 if __name__ == "__main__":
