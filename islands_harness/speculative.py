@@ -81,14 +81,28 @@ def frozen_kv_mtp_args(assistant_dir, *, cpu: bool = True) -> list[str]:
 
 
 MODES = ("none", "ngram")
-"""What a benchmark's ``--speculative`` takes on the CPU harness (0.5.23 arms only): ``ngram``
-needs no draft model; Frozen-KV MTP runs in ``test/server/test_speculative_main.py``."""
+"""What a benchmark's ``--speculative`` takes on the CPU harness (0.5.23 arms only, any model):
+``ngram`` needs no draft model. ``DRAFTER_MODES`` add a draft checkpoint."""
+
+DRAFTER_MODES = ("mtp",)
+"""Modes that serve a draft checkpoint beside the target: ``mtp``, Frozen-KV MTP with the tiny
+Gemma 4 assistant (``build_assistant``; tiny Gemma 4 only). Taken by the soak
+(``benchmarks/soak.py --model gemma4 --speculative mtp``) and
+``test/server/test_speculative_main.py``, not by the benchmarks that read ``MODES``."""
+
+ALL_MODES = MODES + DRAFTER_MODES
 
 
-def mode_args(mode: str) -> list[str]:
-    """The server arguments of ``--speculative MODE`` (``MODES``) on the CPU harness."""
-    if mode not in MODES:
-        raise ValueError(f"--speculative must be one of {', '.join(MODES)}, got {mode!r}")
+def mode_args(mode: str, assistant_dir=None) -> list[str]:
+    """The server arguments of ``--speculative MODE`` (``ALL_MODES``) on the CPU harness;
+    ``assistant_dir``: the draft checkpoint, which ``mtp`` needs and the others ignore."""
+    if mode not in ALL_MODES:
+        raise ValueError(f"--speculative must be one of {', '.join(ALL_MODES)}, got {mode!r}")
+    if mode == "mtp":
+        if assistant_dir is None:
+            raise ValueError("--speculative mtp needs the assistant checkpoint "
+                             "(islands_harness.speculative.build_assistant)")
+        return frozen_kv_mtp_args(assistant_dir)
     return ngram_args() if mode == "ngram" else []
 
 

@@ -7,10 +7,17 @@ and throughput checked at idle points in between.
     .venv/bin/python benchmarks/soak.py --minutes 30 --json benchmarks/results/soak_30min.json
     .venv/bin/python benchmarks/soak.py --quick --islands off    # the same soak with islands off
     .venv/bin/python benchmarks/soak.py --quick --target main    # islands on sglang 0.5.23
+    .venv/bin/python benchmarks/soak.py --quick --target main --model gemma4 --speculative mtp
 
 Targets: ``0.5.15`` (default: the server runs in this interpreter, `.venv`) and ``main`` (sglang
 0.5.23: islands on run in `.venv-main-islands`, islands off is stock 0.5.23 in `.venv-main`;
-``--eviction window`` adds ``--swa-islands-eviction window``).
+``--eviction window`` adds ``--swa-islands-eviction window``). Models: the tiny Laguna (default)
+or, on main, tiny Gemma 4 (``--model gemma4``: its server arguments, prompt ids below its
+tokenizer's vocabulary, transformers 5.19 of `.venv-main-islands` as its oracle, near-ties within
+1e-3 logits). Speculative decoding (main): ``--speculative ngram``, or ``mtp``, Gemma 4's own
+drafter (Frozen-KV MTP with the tiny assistant); every decode step is then a verify, and the
+report counts the aborts and disconnects that cut a request while it decoded. Stock 0.5.23
+(``--target main --islands off``) gets no out-of-vocabulary ids (``workload.UNCHECKED_IDS``).
 
 Server: page 1, chunked prefill 128, the tiny model's context (4096), ``--max-running-requests 8``
 (clients: 12), a full pool of 2,400 tokens and an SWA pool of 20% of it (480 tokens: a chunk plus
@@ -21,15 +28,15 @@ retracts), ``SGLANG_DEBUG_MEMORY_POOL=1`` (the allocator's double-free and bound
 reclaim) unless ``--islands off``. Upstream's KV canary (``--kv-canary``) is not run: its kernels
 are triton / CUDA JIT (``sglang/jit_kernel/kv_canary``), which do not run on CPU.
 
-Traffic: each client thread draws one action at a time (weights in ``workload.ACTIONS``) from its own seeded
-generator: a question on one of four shared documents (fan-out), the next turn of its own
+Traffic: each client thread draws one action at a time (weights in ``workload.ACTIONS``) from its
+own seeded generator: a question on one of four shared documents (fan-out), the next turn of its own
 conversation (multi-turn transcripts), an edit of a finished transcript cut at a random point
-(branch), a prompt of several chunks, a streaming request read to the end, a streaming request
-whose connection is killed after 0..8 events (client disconnect, mid-prefill or mid-decode), a
-request aborted by rid (``/abort_request``) after a random delay, a plain ``/flush_cache`` (400
-while busy, 200 when idle), or a malformed request (ids outside the vocabulary, negative, empty or
-non-integer ids, a prompt longer than the context, a negative or absurd ``max_new_tokens``), which
-must get 400.
+(branch), a prompt of several chunks, a streaming request read to the end, a streaming request whose
+connection is killed after 0..8 events (client disconnect, mid-prefill or mid-decode), a request
+aborted by rid (``/abort_request``) after a random delay (``workload.ABORT_DELAY_MAX_S``), a plain
+``/flush_cache`` (400 while busy, 200 when idle), or a malformed request (ids outside the
+vocabulary, negative, empty or non-integer ids, a prompt longer than the context, a negative or
+absurd ``max_new_tokens``), which must get 400.
 
 Checks, each a failure of the run (exit 1) when violated:
 
@@ -59,12 +66,12 @@ import time
 
 from _bench_path import ROOT  # the repository root (it and benchmarks/ go on sys.path)
 from islands_harness.server import raise_keyboard_interrupt_on_signals
-from islands_harness.speculative import MODES as SPEC_MODES
+from islands_harness.speculative import ALL_MODES as SPEC_MODES
 from sglang.srt.mem_cache.swa_island_formulas import EVICTION_ORDERS
 from soak.report import write_md
 from soak.run import Soak
-from soak.setup import (MAX_RUNNING, QUICK, TARGET_VERSION, TARGETS, WINDOW, SoakConfig,
-                        server_command)
+from soak.setup import (MAX_RUNNING, MODELS, QUICK, TARGET_VERSION, TARGETS, WINDOW, SoakConfig,
+                        model_vocab, server_command)
 
 
 def main(argv=None) -> int:
@@ -95,16 +102,19 @@ def main(argv=None) -> int:
                          "copy until then, as a GPU's asynchronous copies may (SGLANG_TEST_HICACHE_"
                          "CPU_COPY_DELAY_POLLS, patches-main/0012; default 0: done at submission)")
     ap.add_argument("--speculative", choices=SPEC_MODES, default="none",
-                    help="main: decode speculatively (NGRAM, islands_harness.speculative): every "
-                         "decode step is a verify, so aborts, disconnects and retractions land "
-                         "mid-verify")
+                    help="main: decode speculatively (islands_harness.speculative): ngram, or mtp "
+                         "(Frozen-KV MTP, --model gemma4 only); every decode step is a verify, so "
+                         "aborts, disconnects and retractions land mid-verify")
+    ap.add_argument("--model", choices=MODELS, default="laguna",
+                    help="the tiny model served (islands_harness.models; default laguna); "
+                         "gemma4: main only")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="report (default .work/soak/<stamp>.json)")
     ap.add_argument("--md", default=None, help="markdown report (default next to the JSON)")
     a = ap.parse_args(argv)
     cfg = SoakConfig(clients=a.clients, seed=a.seed, islands=a.islands == "on", target=a.target,
                      eviction=a.eviction, hicache=a.hicache,
-                     held_copies=a.held_copies, speculative=a.speculative)
+                     held_copies=a.held_copies, speculative=a.speculative, model=a.model)
     server_command(cfg)  # a bad combination or a missing venv fails before the model is built
     if a.quick:
         cfg = dataclasses.replace(cfg, **QUICK)
@@ -123,18 +133,25 @@ def main(argv=None) -> int:
     def progress(msg: str) -> None:
         print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
-    from islands_harness.tiny_model import MARKER, build_tiny_model
+    from islands_harness.models import get_model
 
-    model = build_tiny_model(window=WINDOW)
-    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
-    real_vocab = json.loads((model / MARKER).read_text())["real_vocab"]
-    progress(f"sglang {TARGET_VERSION[cfg.target]}, {cfg.minutes} min, {cfg.clients} clients, "
-             f"idle point every {cfg.idle_every_s:.0f} s, islands {a.islands}, seed {cfg.seed}")
-    soak = Soak(cfg, model, vocab, real_vocab, log_path, progress)
+    model = get_model(cfg.model).build(window=WINDOW)
+    vocab, real_vocab = model_vocab(model)
+    assistant = None
+    if cfg.speculative == "mtp":
+        from islands_harness.main_arm import main_islands_python
+        from islands_harness.speculative import build_assistant
+
+        assistant = build_assistant(model, main_islands_python())  # the tests' build, both arms
+    progress(f"sglang {TARGET_VERSION[cfg.target]}, {cfg.model}, {cfg.minutes} min, "
+             f"{cfg.clients} clients, idle point every {cfg.idle_every_s:.0f} s, islands "
+             f"{a.islands}, speculative {cfg.speculative}, seed {cfg.seed}")
+    soak = Soak(cfg, model, vocab, real_vocab, log_path, progress, assistant)
     try:
         rep = soak.run()
     finally:
         soak.srv.stop()
+        soak.close_oracle()
     # what the markdown says of the run is the report's own: the markdown renders from it alone
     rep["command"] = " ".join([".venv/bin/python", "benchmarks/soak.py", *(argv or sys.argv[1:])])
     rep["date"] = time.strftime("%Y-%m-%d %H:%M")

@@ -15,12 +15,18 @@ reference's two best next tokens are less than this many logits apart (float32 s
 the flips seen measured 2e-7 to 2e-6, and transformers' own ``generate`` and single forward pass
 disagreed on two of them) and ours is one of the two. Any other difference fails the soak."""
 
+NEAR_TIE_BY_MODEL = {"laguna": NEAR_TIE_LOGITS, "gemma4": 1e-3}
+"""The bound per model (logits): Laguna's above; tiny Gemma 4's is ``hf_oracle.NEAR_TIE_LOGITS``
+(1e-3): sglang's and transformers' Gemma 4 agree to about 1e-4 in log-probability (norms,
+softcap and per-layer inputs in other orders), and its flips seen measured 1.9e-5 and 1.1e-4."""
 
-def is_near_tie(m: dict[str, Any]) -> bool:
+
+def is_near_tie(m: dict[str, Any], bound: float = NEAR_TIE_LOGITS) -> bool:
     """Whether the differing output ``m`` (a ``mismatches`` entry) parts from the reference at a
-    near-tie (:data:`NEAR_TIE_LOGITS`) by taking one of the reference's two best tokens."""
+    near-tie (the reference's two best logits less than ``bound`` apart) by taking one of the
+    reference's two best tokens."""
     tie, first = m.get("reference_next"), m["first_diff"]
-    return (tie is not None and tie["margin"] < NEAR_TIE_LOGITS
+    return (tie is not None and tie["margin"] < bound
             and first < len(m.get("output_ids", ()))
             and m["output_ids"][first] in (tie["top"], tie["runner_up"]))
 
@@ -33,10 +39,13 @@ def to_markdown(rep: dict[str, Any], command: Optional[str] = None) -> str:
     is said to be unrecorded, and the command is ``command`` if given."""
     c = rep["config"]
     target = c.get("target")
+    bound = rep.get("near_tie_logits", NEAR_TIE_LOGITS)
+    model = c.get("model", "laguna")
     date = rep.get("date")
     command = rep.get("command") or command or "(not recorded)"
     lines = [
-        "# Soak: " + (f"sglang {TARGET_VERSION[target]}, " if target else "") + "islands "
+        "# Soak: " + (f"sglang {TARGET_VERSION[target]}, " if target else "")
+        + (f"tiny {model}, " if model != "laguna" else "") + "islands "
         f"{'on' if c['islands'] else 'off'}"
         + (f" (eviction {c['eviction']})" if c.get("eviction") else "")
         + f", {c['minutes']} min, seed {c['seed']}",
@@ -50,13 +59,17 @@ def to_markdown(rep: dict[str, Any], command: Optional[str] = None) -> str:
         f"{'alive' if rep['alive'] else 'DEAD'}; {rep['outputs_checked']} finished outputs and "
         f"{rep['abort_prefixes_checked']} aborted ones checked against transformers"
         + (f"; {rep['near_tie_count']} near-tie flip(s) apart (at their first difference the "
-           f"reference's two best tokens lie less than {NEAR_TIE_LOGITS:g} logits apart and ours "
+           f"reference's two best tokens lie less than {bound:g} logits apart and ours "
            "is one of them)" if rep.get("near_tie_count") else "") + ".", "",
     ]
     for warning, n in rep.get("known_warning_tracebacks", {}).items():
         lines += [f"Not counted: {n} traceback(s) in the server's `{warning}` warning (sglang "
                   "0.5.23 posts /freeze_gc at boot, before its port accepts connections; "
                   "`islands_harness.server.BENIGN_TRACEBACK_WARNINGS`).", ""]
+    if rep.get("malformed_skipped"):
+        lines += [f"Not sent (stock 0.5.23 has no vocabulary check: such an id takes the server "
+                  f"down; `patches-main/0002` fixes it on the islands arm): the malformed "
+                  f"requests {', '.join(rep['malformed_skipped'])}.", ""]
     if rep["failures"]:
         lines += ["Failures:", ""] + [f"- {f}" for f in rep["failures"]] + [""]
     differing = rep.get("mismatches", []) + rep.get("near_ties", [])
@@ -66,7 +79,7 @@ def to_markdown(rep: dict[str, Any], command: Optional[str] = None) -> str:
         for m in differing:
             tie = m.get("reference_next")
             margin = "–" if tie is None else f"{tie['margin']:.3g}"
-            kind = f"{m['kind']} (near tie)" if is_near_tie(m) else m["kind"]
+            kind = f"{m['kind']} (near tie)" if is_near_tie(m, bound) else m["kind"]
             lines.append(f"| {kind} | {m['prompt_tokens']} | {m['max_new']} | {m['finish']} "
                          f"| {m['first_diff']} | {margin} |")
         lines.append("")
@@ -74,12 +87,20 @@ def to_markdown(rep: dict[str, Any], command: Optional[str] = None) -> str:
     for k, v in sorted(rep["requests"].items()):
         lines.append(f"| {k} | {v} |")
     host = rep.get("host_loaded_tokens")
-    lines += ["", f"Aborted before finishing: {rep['aborted_before_finishing']}; retractions: "
+    mid = ("" if "aborts_mid_decode" not in rep else
+           f" ({rep['aborts_mid_decode']} of them decoding: a token out), disconnects while "
+           f"decoding (an event read): {rep['disconnects_mid_decode']}")
+    per_verify = rep.get("spec_tokens_per_verify")
+    lines += ["", f"Aborted before finishing: {rep['aborted_before_finishing']}{mid}; retractions: "
               f"{rep['retractions']:.0f}; peak RSS {rep['peak_rss_mib']} MiB"
               + (f"; tokens loaded back from the host tier: {host:.0f}"
                  if rep["config"].get("hicache") else "")
               + (f"; speculative decoding: {rep['config']['speculative']}"
-                 if rep["config"].get("speculative", "none") != "none" else "") + ".", "",
+                 if rep["config"].get("speculative", "none") != "none" else "")
+              + (f" ({rep['spec_generation_tokens']:.0f} generation tokens in "
+                 f"{rep['spec_verify_calls']:.0f} verify calls: {per_verify} a call, each "
+                 "request's first token, its prefill's, included)"
+                 if "spec_verify_calls" in rep else "") + ".", "",
               "| idle point | t (s) | finished tokens | retractions | cached before flush | "
               "pools at baseline | RSS (MiB) | tokens / server CPU-s (interval) |",
               "|---|---|---|---|---|---|---|---|"]

@@ -8,15 +8,15 @@ import pathlib
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import _bench_path  # noqa: F401  (the repository root and benchmarks/ on sys.path)
 from islands_harness.ops import flush_ok, mval, pool_snapshot, scrape, wait_idle
 from islands_harness.server import SglangServer, drop_benign_warnings, process_tree_cpu_seconds
-from soak.report import is_near_tie
+from soak.report import NEAR_TIE_BY_MODEL, is_near_tie
 from soak.setup import (HOST_USED, LOAD_BACK, REQUEST_TIMEOUT_S, RETRACTED, TRACEBACK,
                         SoakConfig, server_command, server_env)
-from soak.workload import Client, Traffic, malformed_payloads
+from soak.workload import UNCHECKED_IDS, Client, Traffic, malformed_payloads
 
 
 def count_tracebacks(log: str) -> tuple[int, dict[str, int]]:
@@ -26,16 +26,24 @@ def count_tracebacks(log: str) -> tuple[int, dict[str, int]]:
     return len(TRACEBACK.findall(rest)), benign
 
 
+def vocab_checked(cfg: SoakConfig) -> bool:
+    """Whether the server refuses out-of-vocabulary ids with a 400: all but stock 0.5.23
+    (``workload.UNCHECKED_IDS``)."""
+    return cfg.islands or cfg.target != "main"
+
+
 class Soak:
     def __init__(self, cfg: SoakConfig, model_dir: pathlib.Path, vocab: int, real_vocab: int,
-                 log_path: pathlib.Path, progress: Callable[[str], None]):
+                 log_path: pathlib.Path, progress: Callable[[str], None],
+                 assistant_dir: Optional[pathlib.Path] = None):
         self.cfg, self.model_dir, self.progress = cfg, model_dir, progress
-        args, python = server_command(cfg)
+        args, python = server_command(cfg, assistant_dir)
         self.srv = SglangServer(model_dir, args, env=server_env(cfg), log_path=log_path,
                                 boot_timeout_s=cfg.boot_timeout_s, sample_rss=True,
                                 python=python)
-        self.traffic = Traffic(real_vocab, cfg.seed)
-        self.malformed = malformed_payloads(vocab)
+        self.traffic = Traffic(real_vocab, cfg.seed)  # prompt ids in [4, real_vocab)
+        self.malformed = malformed_payloads(vocab, vocab_checked=vocab_checked(cfg))
+        self.spec_counters: Optional[tuple[float, float]] = None
         self.stop, self.pause = threading.Event(), threading.Event()
         self._idle_clients: set[int] = set()
         self._cv = threading.Condition()
@@ -133,11 +141,18 @@ class Soak:
         alive = self.srv.proc.poll() is None
         if alive:
             self.idle_point("end", t0, last)
+            if self.cfg.speculative != "none":
+                from islands_harness.speculative import server_accept_length
+
+                self.spec_counters = server_accept_length(self.srv.base_url)
         else:
             self.failures.append(f"the server died (exit {self.srv.proc.returncode})")
         log = self.srv.log_path.read_text(errors="replace")
         self.srv.stop()
-        return self.report(alive, log, time.monotonic() - t0)
+        try:
+            return self.report(alive, log, time.monotonic() - t0)
+        finally:
+            self.close_oracle()
 
     def report(self, alive: bool, log: str, wall_s: float) -> dict[str, Any]:
         tb, known_tb = count_tracebacks(log)
@@ -145,9 +160,11 @@ class Soak:
             self.failures.append(f"{tb} traceback(s) in the server log")
         outs = self.traffic.outcomes
         self.check_new_outputs()
+        cfg = self.cfg
+        bound = NEAR_TIE_BY_MODEL[cfg.model]
         ties, mismatches = [], []
         for m in self._check["mismatches"]:
-            (ties if is_near_tie(m) else mismatches).append(m)
+            (ties if is_near_tie(m, bound) else mismatches).append(m)
         checked, prefixes = self._check["checked"], self._check["prefixes"]
         if mismatches:
             self.failures.append(f"{len(mismatches)} output(s) differ from transformers")
@@ -168,6 +185,18 @@ class Soak:
         if len(rss) >= 2 and rss[-1] > rss[0] * 1.10 + 64:
             self.failures.append(f"RSS grew from {rss[0]} to {rss[-1]} MiB")
         aborted = sum(1 for o in outs if o.kind == "abort" and o.finish == "abort")
+        # a request that streamed or returned a token was decoding when cut: under speculative
+        # decoding every decode step is a verify, so these landed mid-verify
+        aborts_mid = sum(1 for o in outs if o.kind == "abort" and o.finish == "abort"
+                         and o.output_ids)
+        disconnects_mid = sum(1 for o in outs if o.kind == "disconnect" and (o.events or 0) > 0)
+        if cfg.speculative != "none" and not aborts_mid + disconnects_mid:
+            self.failures.append("--speculative: no abort or disconnect landed mid-decode")
+        spec = {}
+        if getattr(self, "spec_counters", None) is not None:
+            tokens, verifies = self.spec_counters
+            spec = {"spec_generation_tokens": tokens, "spec_verify_calls": verifies,
+                    "spec_tokens_per_verify": round(tokens / verifies, 3) if verifies else None}
         loaded = self.idle_points[-1].get("host_loaded_tokens", 0.0) if self.idle_points else 0.0
         if self.cfg.hicache and not loaded:
             self.failures.append("--hicache: no token was loaded back from the host tier")
@@ -175,6 +204,9 @@ class Soak:
             "config": dataclasses.asdict(self.cfg), "server_args": self.srv.extra_args,
             "server_env": self.srv.extra_env, "wall_s": round(wall_s, 1), "alive": alive,
             "requests": counts, "aborted_before_finishing": aborted,
+            "aborts_mid_decode": aborts_mid, "disconnects_mid_decode": disconnects_mid,
+            "malformed_skipped": [] if vocab_checked(cfg) else list(UNCHECKED_IDS),
+            "near_tie_logits": bound, **spec,
             "outputs_checked": checked, "abort_prefixes_checked": prefixes,
             "mismatches": mismatches[:20], "mismatch_count": len(mismatches),
             "near_ties": ties[:20], "near_tie_count": len(ties),
@@ -187,21 +219,40 @@ class Soak:
             "passed": not self.failures,
         }
 
+    def oracle(self) -> tuple[Callable, Callable]:
+        """``(decode(ids, n), margin(ids))``: transformers' greedy ids and next-token margin.
+        Laguna in this interpreter; Gemma 4 by `.venv-main-islands`' transformers (5.19, what
+        0.5.23 pins: `.venv`'s 5.12 cannot load its layout), one worker kept for the run."""
+        from islands_harness.hf_oracle import OracleWorker, greedy_decode_one, next_token_margin
+
+        if getattr(self.cfg, "model", "laguna") == "laguna":
+            return (lambda ids, n: greedy_decode_one(self.model_dir, ids, n),
+                    lambda ids: next_token_margin(self.model_dir, ids))
+        if getattr(self, "_worker", None) is None:
+            from islands_harness.main_arm import main_islands_python
+
+            self._worker = OracleWorker(main_islands_python(), self.model_dir)
+        return self._worker, self._worker.margin
+
+    def close_oracle(self) -> None:
+        if getattr(self, "_worker", None) is not None:
+            self._worker.close()
+            self._worker = None
+
     def check_new_outputs(self) -> int:
         """Compare the outcomes recorded since the last call with transformers' greedy decoding
         (every finished request exactly, every aborted one as a prefix), while traffic is paused.
         Returns how many were compared."""
-        from islands_harness.hf_oracle import greedy_decode_one, next_token_margin
-
         with self.traffic.lock:
             new = self.traffic.outcomes[self._checked_upto:]
             self._checked_upto += len(new)
         todo = [o for o in new if o.output_ids is not None and o.status == 200
                 and o.finish in ("length", "abort")]
+        decode, margin = self.oracle() if todo else (None, None)
         for o in todo:
             key = (tuple(o.ids), o.max_new)
             if key not in self._ref:
-                self._ref[key] = greedy_decode_one(self.model_dir, o.ids, o.max_new)
+                self._ref[key] = decode(o.ids, o.max_new)
             want = self._ref[key]
             if o.finish == "length":
                 self._check["checked"] += 1
@@ -214,7 +265,7 @@ class Soak:
                              min(len(o.output_ids), len(want)))
                 # the reference's next-token margin where the outputs part: a near-tie (a margin
                 # of float noise) points at summation order, a wide one at wrong KV
-                tie = (next_token_margin(self.model_dir, list(o.ids) + want[:first])
+                tie = (margin(list(o.ids) + want[:first])
                        if first < min(len(o.output_ids), len(want)) else None)
                 self._check["mismatches"].append({
                     "kind": o.kind, "prompt_tokens": len(o.ids), "max_new": o.max_new,

@@ -25,6 +25,10 @@ ACTIONS = {  # action: weight
     "abort": 8, "flush": 4, "malformed": 8,
 }
 MAX_TRANSCRIPT = 1800  # a conversation longer than this starts over
+ABORT_DELAY_MAX_S = {"laguna": 1.5, "gemma4": 6.0}
+"""An abort by rid follows its request after ``uniform(0.05, max)`` seconds: Gemma 4 (with a
+drafter, on the shared CPU) queues and prefills for longer than 1.5 s, so a shorter reach never
+cuts its decode (mid-verify under speculative decoding)."""
 
 
 @dataclasses.dataclass
@@ -38,6 +42,7 @@ class Outcome:
     output_ids: Optional[list[int]] = None
     finish: Optional[str] = None  # finish_reason type
     error: Optional[str] = None
+    events: Optional[int] = None  # a disconnect: stream events read before the kill (0: none)
 
 
 class Traffic:
@@ -73,8 +78,16 @@ class Traffic:
             return list(rng.choice(self.transcripts)) if self.transcripts else None
 
 
-def malformed_payloads(vocab: int) -> list[tuple[str, dict]]:
-    return [
+UNCHECKED_IDS = ("id_at_vocab_size", "negative_id")
+"""The malformed requests a server without a vocabulary check (stock sglang 0.5.23: its fix is
+``patches-main/0002``, islands series only) does not refuse: the id reaches ``F.embedding``,
+whose ``IndexError`` takes the whole server down. Not sent to stock main."""
+
+
+def malformed_payloads(vocab: int, *, vocab_checked: bool = True) -> list[tuple[str, dict]]:
+    """The malformed requests (each must get 400): ``vocab`` is the embedding's rows (the first
+    id out of vocabulary); without ``vocab_checked``, none of ``UNCHECKED_IDS``."""
+    payloads = [
         ("id_at_vocab_size", generate_body([5, 6, vocab], 4)),
         ("negative_id", generate_body([5, -1, 7], 4)),
         ("empty_ids", generate_body([], 4)),
@@ -83,6 +96,7 @@ def malformed_payloads(vocab: int) -> list[tuple[str, dict]]:
         ("negative_max_new_tokens", generate_body([5, 6, 7], -5)),
         ("absurd_max_new_tokens", generate_body([5, 6, 7], 10**9)),
     ]
+    return [p for p in payloads if vocab_checked or p[0] not in UNCHECKED_IDS]
 
 
 class SoakState(Protocol):
@@ -191,18 +205,19 @@ class Client:
             self.rng.randint(50, 600))
         k = self.rng.randint(0, 8)
         s = open_request(self.soak.srv, ids, self.rng.randint(64, 200), self.rid(), stream=True)
+        events = 0  # each event carries new tokens: after one, the request is decoding
         try:
             if k:
-                read_events(s, k)
+                events = read_events(s, k)
         except (ServerError, OSError):
-            pass  # finished or refused before k events: still a disconnect
+            pass  # finished or refused before k events: still a disconnect (counted as 0)
         finally:
             kill_connection(s)
-        self.soak.traffic.record(Outcome("disconnect", ids, 0))
+        self.soak.traffic.record(Outcome("disconnect", ids, 0, events=events))
 
     def do_abort(self) -> None:
         ids, n, rid = self.ids(self.rng.randint(40, 600)), self.rng.randint(100, 300), self.rid()
-        delay = self.rng.uniform(0.05, 1.5)
+        delay = self.rng.uniform(0.05, ABORT_DELAY_MAX_S[self.soak.cfg.model])
         with ThreadPoolExecutor(1) as ex:
             fut = ex.submit(self.generate, "abort", ids, n, rid)
             time.sleep(delay)

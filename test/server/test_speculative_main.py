@@ -21,7 +21,8 @@ reclaim and eviction all happen):
   promoted by sglang), the e2e workload's sequential part (its drafter reads the target's sliding
   window after every commit, island, reclaim and eviction at the lean pool), with the SWA read
   audit (`test/shims/swa_read_audit_main`: every sliding-layer read on a live slot), then a flush.
-Laguna with NGRAM: the quick soak (`benchmarks/soak.py --speculative ngram`, committed).
+Laguna with NGRAM and Gemma 4 with Frozen-KV MTP (both arms): the quick soak
+(`benchmarks/soak.py --speculative ngram`, `--model gemma4 --speculative mtp`, committed).
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ RENDERED = (
     + _cases("seed_table.report", "to_markdown", "seed_table", "seed_table_980k")
     + _cases("soak.report", "to_markdown",
              "soak_30min", "soak_30min_main", "soak_30min_main_window", "soak_quick_off",
-             "soak_quick_main_hicache", "soak_quick_main_hicache_held2", "soak_quick_main_ngram")
+             "soak_quick_main_hicache", "soak_quick_main_hicache_held2", "soak_quick_main_ngram",
+             "soak_quick_main_mtp", "soak_quick_main_mtp_off", "soak_quick_main_gemma4_ngram")
 )
 
 FLEET = ("fleet_quick", "fleet_quick_repeat", "fleet_quick_window")
