@@ -21,7 +21,7 @@ by step: docs/MAIN_DESIGN.md, "The island cache".
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
@@ -210,7 +210,9 @@ class SWAIslandUnifiedRadixCache(UnifiedRadixCache):
             for waiting in component.queued.continuing(last_node, self.page_size):
                 self._queue_match(waiting)
 
-    def _continues_past_branch(self, req: "Req", branching, up_to: int) -> bool:
+    def _continues_past_branch(
+        self, req: Req, branching: Optional[int], up_to: int
+    ) -> bool:
         """Whether the checkpoint of the running ``req`` to ``up_to`` inserts again, past the SWA
         branch at which main stopped the first insert (``swa_branching_seqlen``, cleared once the
         branch is in). Example: page 1, a 1,137-token prompt whose match hit 775 tokens and whose

@@ -202,7 +202,7 @@ def lazy_reclaim_fits(
 RATIO_STEP = 0.01
 
 
-def _require_int(name: str, value, minimum: int) -> None:
+def _require_int(name: str, value: object, minimum: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if value < minimum:

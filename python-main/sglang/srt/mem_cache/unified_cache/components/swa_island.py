@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from sglang.srt.mem_cache.swa_island_formulas import (
     COLD,
@@ -46,10 +46,28 @@ from sglang.srt.mem_cache.unified_cache.components.swa_island_candidates import 
 )
 
 if TYPE_CHECKING:
+    import torch
+
+    from sglang.srt.mem_cache.base_prefix_cache import (
+        DecLockRefParams,
+        IncLockRefResult,
+        InsertParams,
+        InsertResult,
+    )
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.unified_cache.cache_action import (
+        CacheAction,
+        ComponentAction,
+    )
+    from sglang.srt.mem_cache.unified_cache.components.base import (
+        ComponentType,
+        InternalStateBackup,
+    )
     from sglang.srt.mem_cache.unified_cache.unified_tree_core import (
         UnifiedLRUList,
         UnifiedTreeNode,
     )
+    from sglang.srt.mem_cache.unified_radix_cache import NodeId, UnifiedRadixCache
 
 MATCH_END_KEY = "island_match_end"
 """SWA ``metadata`` key of a match-end stamp: the end's category (``RETENTION`` or ``WINDOW``)."""
@@ -62,7 +80,7 @@ class SWAIslandComponent(SWAComponent):
     then the other windows in upstream's LRU order, then queued hits' (see the module docstring).
     ``queued``: the waiting requests' queued hits, which the island cache keeps."""
 
-    def __init__(self, cache, params):
+    def __init__(self, cache: UnifiedRadixCache, params: CacheInitParams) -> None:
         super().__init__(cache, params)
         self._walk_cursor = None
         self._walk_tokens = 0  # tokens the current eviction call frees
@@ -93,7 +111,9 @@ class SWAIslandComponent(SWAComponent):
         return {COLD: Candidates(), RETENTION: Candidates()}
 
     def make_device_lru_list(
-        self, component_types, is_referenced=None
+        self,
+        component_types: tuple[ComponentType, ...],
+        is_referenced: Optional[Callable[[UnifiedTreeNode], bool]] = None,
     ) -> UnifiedLRUList:
         """The tree core's SWA device list (at every reset): a ``CandidateLRUList`` that touches
         and files as ``COLD`` candidates what it adds; the candidates and the queued hits start
@@ -111,10 +131,10 @@ class SWAIslandComponent(SWAComponent):
             is_referenced=is_referenced,
         )
 
-    def _touch_of(self, node) -> int:
+    def _touch_of(self, node: UnifiedTreeNode) -> int:
         return node.component_data[self.component_type].metadata.get(TOUCH_KEY, 0)
 
-    def _on_add(self, beside, node) -> None:
+    def _on_add(self, beside: Optional[UnifiedTreeNode], node: UnifiedTreeNode) -> None:
         """The SWA list added ``node``: a new touch at a most recently used end (``beside`` None),
         else the touch of ``beside``, the node it went after."""
         if beside is None:
@@ -125,7 +145,7 @@ class SWAIslandComponent(SWAComponent):
         node.component_data[self.component_type].metadata[TOUCH_KEY] = touch
         self._file(COLD, node)
 
-    def _is_window_end(self, node) -> bool:
+    def _is_window_end(self, node: UnifiedTreeNode) -> bool:
         """Whether ``node`` is a ``WINDOW`` end itself (a leaf, a junction, a node a match ended
         at), so that its class is at least ``WINDOW`` without a walk. O(1)."""
         return (
@@ -136,13 +156,18 @@ class SWAIslandComponent(SWAComponent):
             >= WINDOW
         )
 
-    def _file(self, cls: int, node) -> None:
+    def _file(self, cls: int, node: UnifiedTreeNode) -> None:
         """File ``node`` as a candidate of ``cls`` at its touch."""
         self._candidates[cls].file(node, self._touch_of(node))
 
     # ---- match ends -----------------------------------------------------------------------------
 
-    def refresh_lru(self, phase, node, root_node) -> None:
+    def refresh_lru(
+        self,
+        phase: LRURefreshPhase,
+        node: UnifiedTreeNode,
+        root_node: UnifiedTreeNode,
+    ) -> None:
         """Upstream's window-bounded recency, then stamp ``node`` as a match end: ``WINDOW`` at a
         match end, ``RETENTION`` at an insert end (a node keeps its highest stamp)."""
         super().refresh_lru(phase, node, root_node)
@@ -158,7 +183,7 @@ class SWAIslandComponent(SWAComponent):
             self._refresh_host_window(node)
         self._settle_window(node, WINDOW if self._is_window_end(node) else RETENTION)
 
-    def _refresh_host_window(self, end) -> None:
+    def _refresh_host_window(self, end: UnifiedTreeNode) -> None:
         """Move the host-only SWA of ``end``'s window (its span, :attr:`_host_backup_span`) to the
         most recently used end of the host LRU list, as upstream's refresh moves the device SWA:
         a hit on the host keeps its window there while its request waits (matched again at each
@@ -169,7 +194,7 @@ class SWAIslandComponent(SWAComponent):
             end, self.tree_core.root_node, self._host_backup_span, host_lru.in_list
         )
 
-    def _settle_window(self, end, category: int) -> None:
+    def _settle_window(self, end: UnifiedTreeNode, category: int) -> None:
         """Refile the live nodes in the window of the match end ``end`` (``end`` and its
         single-child ancestors less than ``w`` tokens above its end, as :meth:`eviction_class`
         walks), whose class is at least ``category`` now: a ``WINDOW`` end takes them out of the
@@ -262,7 +287,9 @@ class SWAIslandComponent(SWAComponent):
             self.sliding_window_size + 1, self.tree_core.page_size
         )
 
-    def _collect_unbacked_swa_nodes(self, node) -> list:
+    def _collect_unbacked_swa_nodes(
+        self, node: UnifiedTreeNode
+    ) -> list[UnifiedTreeNode]:
         """The live SWA without a host copy that ``node``'s backup takes, deepest first: the
         nodes from ``node`` up that lie in the span (``host_backup_tokens``) behind the nearest
         match or insert end at or below ``node``, and in the window ``node``'s own SWA lock
@@ -292,7 +319,7 @@ class SWAIslandComponent(SWAComponent):
             cur = cur.parent
         return unbacked
 
-    def _below_to_end(self, node) -> int:
+    def _below_to_end(self, node: UnifiedTreeNode) -> int:
         """Tokens from ``node``'s end down to the end of the nearest match or insert end at or
         below it (``node`` itself: 0), along its single-child chain; ``host_backup_tokens`` when
         none is nearer. At most ``host_backup_tokens / p`` node steps."""
@@ -318,7 +345,13 @@ class SWAIslandComponent(SWAComponent):
         self._queued_walk = None
         self.queued.hits.reap()  # waiting requests garbage-collected since: not queued any more
 
-    def _evict_device_next_node(self, tracker, device_frees, host_frees, cache_actions):
+    def _evict_device_next_node(
+        self,
+        tracker: dict[ComponentType, int],
+        device_frees: dict[ComponentType, list[torch.Tensor]],
+        host_frees: dict[ComponentType, list[torch.Tensor]],
+        cache_actions: list[CacheAction | ComponentAction],
+    ) -> NodeId | InternalStateBackup | None:
         """One upstream step at the next victim: the oldest ``COLD`` candidate of class ``COLD``,
         else the oldest ``RETENTION`` candidate of class ``RETENTION``, else the next node of
         upstream's walk from the LRU tail that is not ``QUEUED`` (resumed where this call's last
@@ -422,7 +455,7 @@ class SWAIslandComponent(SWAComponent):
                 return head
         return None
 
-    def _cold_head(self, node, tail: int) -> Optional["UnifiedTreeNode"]:
+    def _cold_head(self, node: UnifiedTreeNode, tail: int) -> Optional[UnifiedTreeNode]:
         """The head of the live node ``node`` before its last ``tail`` tokens (a window of an end
         above the pass's class needs them, :meth:`_cover`; page-rounded up here), split off as a
         node of its own (``node`` keeps the tail, its stamps and filings), or None if that head is
@@ -444,7 +477,12 @@ class SWAIslandComponent(SWAComponent):
 
     # ---- one-window locks -------------------------------------------------------------------------
 
-    def acquire_component_lock(self, node, result, lock_host: bool = False):
+    def acquire_component_lock(
+        self,
+        node: UnifiedTreeNode,
+        result: IncLockRefResult,
+        lock_host: bool = False,
+    ) -> IncLockRefResult:
         """Upstream's device lock of the segment that covers the trailing window, split off first
         (:meth:`_split_window_start`): the lock takes one page-rounded window of live SWA
         (``window_lock_tokens``), not the whole node the window ends in."""
@@ -455,7 +493,7 @@ class SWAIslandComponent(SWAComponent):
             )
         return super().acquire_component_lock(node, result, lock_host)
 
-    def _split_window_start(self, node, need: int) -> None:
+    def _split_window_start(self, node: UnifiedTreeNode, need: int) -> None:
         """Split the live node in which the ``need`` tokens ending at ``node``'s end begin, so
         that the part of it they cover is a node of its own. Page-aligned: node keys are whole
         pages and ``need`` is. At most ``need / p`` node steps."""
@@ -472,8 +510,13 @@ class SWAIslandComponent(SWAComponent):
     # ---- what can lower a class: evictions and unlocks file their neighbourhood ------------------
 
     def evict_component(
-        self, node, device_frees, host_frees, cache_actions, target=EvictLayer.DEVICE
-    ):
+        self,
+        node: UnifiedTreeNode,
+        device_frees: dict[ComponentType, list[torch.Tensor]],
+        host_frees: dict[ComponentType, list[torch.Tensor]],
+        cache_actions: list[CacheAction | ComponentAction],
+        target: EvictLayer = EvictLayer.DEVICE,
+    ) -> tuple[int, int]:
         # Tombstoning a COLD node changes no other node's class: every end whose window could run
         # through it is at least ``w`` tokens below it (a leaf, deleted with its SWA, is WINDOW:
         # a window end is never COLD, known without the walk).
@@ -489,7 +532,7 @@ class SWAIslandComponent(SWAComponent):
             self._file_above(node)
         return out
 
-    def _file_above(self, node) -> None:
+    def _file_above(self, node: UnifiedTreeNode) -> None:
         """File the live nodes up to ``w`` tokens above ``node`` as ``COLD`` candidates: ``node``
         lost its SWA (or is being deleted), so their windows may have run through it, and a parent
         may stop being a junction. A tombstone ends the walk: no device window runs through it
@@ -510,7 +553,12 @@ class SWAIslandComponent(SWAComponent):
             cur = cur.parent
 
     def commit_insert_component_data(
-        self, node, is_new_leaf, params, result, cache_actions
+        self,
+        node: UnifiedTreeNode,
+        is_new_leaf: bool,
+        params: InsertParams,
+        result: InsertResult,
+        cache_actions: list[CacheAction | ComponentAction],
     ) -> None:
         if is_new_leaf:
             # its parent may have been a leaf, a match end by being one; before upstream's commit,
@@ -520,20 +568,30 @@ class SWAIslandComponent(SWAComponent):
             node, is_new_leaf, params, result, cache_actions
         )
 
-    def release_component_lock(self, node, params, lock_host: bool = False) -> None:
+    def release_component_lock(
+        self,
+        node: UnifiedTreeNode,
+        params: DecLockRefParams,
+        lock_host: bool = False,
+    ) -> None:
         super().release_component_lock(node, params, lock_host)
         if not lock_host:
             self._file_unlocked(node)
 
     def release_window_lock(
-        self, node, swa_uuid_for_lock, device_frees, host_frees, cache_actions
+        self,
+        node: UnifiedTreeNode,
+        swa_uuid_for_lock: Optional[int],
+        device_frees: dict[ComponentType, list[torch.Tensor]],
+        host_frees: dict[ComponentType, list[torch.Tensor]],
+        cache_actions: list[CacheAction | ComponentAction],
     ) -> None:
         super().release_window_lock(
             node, swa_uuid_for_lock, device_frees, host_frees, cache_actions
         )
         self._file_unlocked(node)
 
-    def _file_unlocked(self, node) -> None:
+    def _file_unlocked(self, node: UnifiedTreeNode) -> None:
         """File the nodes an SWA lock release at ``node`` may have unlocked (the lock's segment:
         up to one window and a page above ``node``) by the window of ``node`` (the lock's end,
         a match or insert end): inside the window of a ``WINDOW`` end none (no pass before the

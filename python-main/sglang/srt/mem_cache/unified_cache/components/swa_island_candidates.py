@@ -11,8 +11,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import weakref
+from typing import TYPE_CHECKING, Callable, Optional
 
 from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedLRUList
+
+if TYPE_CHECKING:
+    from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+    from sglang.srt.mem_cache.unified_radix_cache import NodeId, UnifiedTreeNode
 
 
 class CandidateLRUList(UnifiedLRUList):
@@ -22,11 +27,20 @@ class CandidateLRUList(UnifiedLRUList):
     partition sentinel). Its walk-cursor sentinels are not nodes of the list and are not told.
     """
 
-    def __init__(self, component_type, component_types, *, on_add, is_referenced=None):
+    def __init__(
+        self,
+        component_type: ComponentType,
+        component_types: tuple[ComponentType, ...],
+        *,
+        on_add: Callable[[Optional[UnifiedTreeNode], UnifiedTreeNode], None],
+        is_referenced: Optional[Callable[[UnifiedTreeNode], bool]] = None,
+    ) -> None:
         super().__init__(component_type, component_types, is_referenced=is_referenced)
         self._on_add = on_add
 
-    def on_node_added(self, prev_node, new_node) -> None:
+    def on_node_added(
+        self, prev_node: UnifiedTreeNode, new_node: UnifiedTreeNode
+    ) -> None:
         if new_node.id in self.cache:
             self._on_add(prev_node if prev_node.id in self.cache else None, new_node)
 
@@ -44,10 +58,10 @@ class Candidates:
         self.heap: list = []
         self._filings = itertools.count()
 
-    def __contains__(self, node_id) -> bool:
+    def __contains__(self, node_id: NodeId) -> bool:
         return node_id in self.filed
 
-    def file(self, node, touch: int) -> None:
+    def file(self, node: UnifiedTreeNode, touch: int) -> None:
         if self.filed.get(node.id, (None,))[0] == touch:
             return
         ref, number = weakref.ref(node), next(self._filings)
@@ -55,12 +69,12 @@ class Candidates:
         heapq.heappush(self.heap, (touch, number, node.id, ref))
         self._drop_stale()
 
-    def unfile(self, node_id) -> None:
+    def unfile(self, node_id: NodeId) -> None:
         """Take ``node_id``'s filing back, if it has one (its heap entry goes stale)."""
         if self.filed.pop(node_id, None) is not None:
             self._drop_stale()
 
-    def _live(self, number: int, node_id) -> bool:
+    def _live(self, number: int, node_id: NodeId) -> bool:
         return self.filed.get(node_id, (None, None))[1] == number
 
     def _drop_stale(self) -> None:
@@ -70,7 +84,7 @@ class Candidates:
             ]
             heapq.heapify(self.heap)
 
-    def pop(self):
+    def pop(self) -> Optional[UnifiedTreeNode]:
         """The least recently touched filed node (None if it is gone), unfiled; raises
         ``IndexError`` when nothing is filed."""
         while True:
