@@ -1,23 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Window-aware SWA eviction for the 0.5.23 island cache (Python tree core).
+"""Window-aware SWA eviction for the island cache (Python tree core).
 
-``SWAIslandComponent`` is upstream's ``SWAComponent`` whose device eviction gives SWA up by
-eviction class (``swa_island_formulas.CLASSES``) instead of one LRU walk: cold SWA first, then
-retention windows, then upstream's walk over everything but queued hits' windows, then those
-(latest queued request first), then what is left. It owns the match-end stamps
-(:data:`MATCH_END_KEY`), the touches (:data:`TOUCH_KEY`), the per-class candidates and the queued
-hits (``swa_island_queue.QueuedHitIndex``); device SWA locks take one page-rounded window. With a
-HiCache host tier each match or insert end's window is split off at its start and is what a
-write-through backup takes of SWA (:meth:`SWAIslandComponent._collect_unbacked_swa_nodes`), and an
-end's window on the host moves to the host LRU list's most recently used end.
+``SWAIslandComponent`` is ``SWAComponent`` whose device eviction goes by class
+(``swa_island_formulas.CLASSES``): cold SWA, then retention windows, then upstream's
+LRU walk over all but queued hits' windows, then those (latest request first). Device
+SWA locks take one page-rounded window. With a host tier, each match or insert end's
+window is split off and is what a write-through backup takes of SWA.
 
-Invariants: while cold SWA remains, no window that ends a match point is tombstoned; every live,
-unlocked ``COLD`` node is a ``COLD`` candidate and every ``RETENTION`` one a candidate of either
-class, so a pass costs what was filed since the last one (times ``log`` of the candidates), not
-what it keeps.
-
-Units are tokens: ``w`` = the retained window ``sliding_window_size``, ``p`` = the page. The
-classes, the index and the locks, step by step: docs/MAIN_DESIGN.md, "The window order".
+Invariant: while cold SWA remains, no window that ends a match point is evicted; a pass
+costs what was filed since the last one, not what the cache keeps. Units are tokens.
+Design: docs/MAIN_DESIGN.md, "The window order".
 """
 
 from __future__ import annotations
