@@ -45,3 +45,17 @@ def test_importing_every_benchmark_module_leaves_the_environment_alone():
     assert "cache_cost.main_target" in out["names"] and "prefix_reuse.report" in out["names"]
     assert out["failed"] == []
     assert out["changed"] == []
+
+
+def test_the_top_of_benchmarks_holds_commands_only():
+    """Each file at the top of ``benchmarks/`` is a command: a script whose ``--help`` says what
+    it does (its library is the package beside it)."""
+    for p in sorted(BENCHMARKS.iterdir()):
+        if p.is_dir():
+            continue
+        assert p.suffix in (".py", ".sh"), f"{p.name}: not a command"
+        text = p.read_text()
+        if p.suffix == ".py":
+            assert 'if __name__ == "__main__":' in text, f"{p.name}: not a command"
+        else:
+            assert text.startswith("#!"), f"{p.name}: not a command"

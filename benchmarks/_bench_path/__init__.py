@@ -1,5 +1,6 @@
-"""Imported first by every benchmark command and module: puts the repository root
-(``islands_harness``, ``islands_tools``) and this folder (the benchmark packages) on ``sys.path``,
+"""Imported first by every benchmark command and module (a package, so that the top of
+``benchmarks/`` holds commands only): puts the repository root
+(``islands_harness``, ``islands_tools``) and ``benchmarks/`` (the benchmark packages) on ``sys.path``,
 so a benchmark runs as ``.venv/bin/python benchmarks/NAME.py`` from anywhere, and says how to run
 a benchmark module in another interpreter (``worker_env``)."""
 
@@ -8,7 +9,7 @@ import pathlib
 import sys
 from typing import Dict, Mapping, Optional
 
-BENCHMARKS = pathlib.Path(__file__).resolve().parent
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1]
 ROOT = BENCHMARKS.parent
 for _p in (str(ROOT), str(BENCHMARKS)):
     if _p not in sys.path:
