@@ -9,7 +9,7 @@ import pathlib
 import shlex
 import sys
 import time
-from typing import List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import _bench_path
 from islands_harness.bench_outputs import add_output_args, output_paths, write_files, write_json, write_text
@@ -54,6 +54,35 @@ def _comma(kind, allowed, text: str, ap) -> list:
     return [x for x in allowed if x in xs]
 
 
+def add_shape_args(ap: argparse.ArgumentParser) -> None:
+    """The production shape's options (``--cap``, ``--chunk``, ``--window``, ``--page``) and the
+    planner's ``--budget``, defaults the seed deployment's."""
+    ap.add_argument("--cap", type=int, default=PROD.cap, help="--max-running-requests (default 48)")
+    ap.add_argument("--chunk", type=int, default=PROD.chunk, help="--chunked-prefill-size (16384)")
+    ap.add_argument("--window", type=int, default=PROD.window, help="model window w (1024)")
+    ap.add_argument("--page", type=int, default=PROD.page, help="--page-size (64)")
+    ap.add_argument("--budget", type=float, default=PROD.budget_bytes,
+                    help="bytes for KV the planner sizes the pools from (default 37e9)")
+
+
+def write_result(a: argparse.Namespace, files: Dict[str, str], run_dir: pathlib.Path,
+                 result: Dict[str, Any], to_markdown: Callable[[Dict[str, Any]], str],
+                 plot: Callable[[Dict[str, Any], pathlib.Path], None], tag: str) -> None:
+    """Write ``result``'s JSON, markdown and plot where ``a`` (``add_output_args``'s options)
+    says; a fresh run's markdown links the plot it wrote, and ``--from-json`` does not rewrite
+    the result it renders."""
+    paths = output_paths(a, files, run_dir)
+    if not a.from_json and paths["png"] is not None:
+        result["plot"] = paths["png"].name  # the markdown links the plot this run wrote
+    if (a.from_json and paths["json"] is not None
+            and paths["json"].resolve() == pathlib.Path(a.from_json).resolve()):
+        paths["json"] = None  # do not rewrite the result being rendered
+    written = write_files(paths, {"json": write_json(result),
+                                  "md": write_text(to_markdown(result)),
+                                  "png": lambda p: plot(result, p)})
+    log(f"[{tag}] wrote {', '.join(written)}")
+
+
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="benchmarks/seed_table.py", description=DESCRIPTION,
                                  epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,12 +97,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=Draw.seed, help="bench_serving's --seed (default 42)")
     ap.add_argument("--range-ratio", type=float, default=Draw.range_ratio,
                     help="bench_serving's --random-range-ratio for `random` (default 0.0)")
-    ap.add_argument("--cap", type=int, default=PROD.cap, help="--max-running-requests (default 48)")
-    ap.add_argument("--chunk", type=int, default=PROD.chunk, help="--chunked-prefill-size (16384)")
-    ap.add_argument("--window", type=int, default=PROD.window, help="model window w (1024)")
-    ap.add_argument("--page", type=int, default=PROD.page, help="--page-size (64)")
-    ap.add_argument("--budget", type=float, default=PROD.budget_bytes,
-                    help="bytes for KV the planner sizes the pools from (default 37e9)")
+    add_shape_args(ap)
     ap.add_argument("--max-total-tokens", type=int, default=None,
                     help="cap the full pool as --max-total-tokens does (default none)")
     ap.add_argument("--from-json", metavar="PATH", default=None,
@@ -105,13 +129,6 @@ def main(argv: Optional[List[str]] = None) -> int:
             date=time.strftime("%Y-%m-%d %H:%M"), git_head=git_head(),
             runtime_s=round(time.monotonic() - t0, 1), shape=shape, budget=budget, draw=draw,
             workloads=a.workload_list, ratios=a.ratio_list, arms=a.arm_list, out=out)
-    paths = output_paths(a, OUTPUT_FILES, run_dir)
-    if not a.from_json and paths["png"] is not None:
-        result["plot"] = paths["png"].name  # the markdown links the plot this run wrote
-    if a.from_json and paths["json"] is not None and paths["json"].resolve() == pathlib.Path(a.from_json).resolve():
-        paths["json"] = None  # do not rewrite the result being rendered
-    written = write_files(paths, {"json": write_json(result),
-                                  "md": write_text(report.to_markdown(result)),
-                                  "png": lambda p: report.plot_running(result, p)})
-    log(f"[seed_table] wrote {', '.join(written)}")
+    write_result(a, OUTPUT_FILES, run_dir, result, report.to_markdown, report.plot_running,
+                 "seed_table")
     return 0

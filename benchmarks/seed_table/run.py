@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import _bench_path
 from seed_table.setup import ARMS, Budget, Shape, arm_python, pools, worker_arm
@@ -28,10 +28,12 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_worker(arm: str, spec: Dict[str, Any]) -> Dict[str, Any]:
-    """One cell in ``arm``'s interpreter: its JSON line, parsed."""
-    py = arm_python(arm)
-    proc = subprocess.run([py, "-m", "seed_table.replay", json.dumps(spec)], stdout=subprocess.PIPE,
+def run_worker(arm: str, spec: Dict[str, Any], module: str = "seed_table.replay",
+               python: Optional[str] = None) -> Dict[str, Any]:
+    """One cell as ``python -m module '<spec>'`` in ``python`` (default ``arm``'s interpreter):
+    its last JSON line, parsed."""
+    py = python or arm_python(arm)
+    proc = subprocess.run([py, "-m", module, json.dumps(spec)], stdout=subprocess.PIPE,
                           text=True, cwd=str(_bench_path.ROOT), env=_bench_path.worker_env())
     if proc.returncode != 0:
         raise SystemExit(f"the {arm} worker ({py}) failed on {spec['label']} "

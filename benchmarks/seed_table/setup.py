@@ -70,23 +70,26 @@ def pools(ratios: Sequence[float], shape: Shape, budget: Budget) -> List[Dict[st
     return out
 
 
-def worker_arm(arm: str) -> Dict[str, Any]:
-    """What a worker needs to build ``arm``: 0.5.15's by name (``SIM_ARMS``), 0.5.23's by its
-    server flags and environment (``prefix_reuse.arms.ARMS``)."""
+def worker_arm(arm: str, arms: Dict[str, Dict[str, Any]] = ARMS) -> Dict[str, Any]:
+    """What a worker needs to build ``arm`` (a key of ``arms``): 0.5.15's by name (``SIM_ARMS``),
+    0.5.23's by its server flags and environment (``prefix_reuse.arms.ARMS``)."""
     from prefix_reuse.arms import ARMS as PR_ARMS
 
-    if ARMS[arm]["target"] == "0.5.23":
+    if arms[arm]["target"] == "0.5.23":
         return {"name": arm, "main": {"args": list(PR_ARMS[arm]["args"]),
                                       "env": dict(PR_ARMS[arm]["env"])}}
     return {"name": arm, "main": None}
 
 
-def arm_python(arm: str) -> str:
-    """The interpreter whose sglang ``arm`` runs: this one for 0.5.15.post1's arms."""
+def arm_python(arm: str, arms: Dict[str, Dict[str, Any]] = ARMS) -> str:
+    """The interpreter whose sglang ``arm`` (a key of ``arms``) runs: this one for 0.5.15.post1's
+    arms; `.venv-main-islands` for the 0.5.23 arms that ``prefix_reuse.arms.ARMS`` marks
+    ``main_islands``, else `.venv-main`."""
     import sys
 
     from islands_harness.main_arm import main_islands_python, main_python
+    from prefix_reuse.arms import ARMS as PR_ARMS
 
-    if ARMS[arm]["target"] != "0.5.23":
+    if arms[arm]["target"] != "0.5.23":
         return sys.executable
-    return main_islands_python() if arm == "main_islands" else main_python()
+    return main_islands_python() if PR_ARMS[arm].get("main_islands") else main_python()

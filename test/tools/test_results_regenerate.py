@@ -73,6 +73,9 @@ RENDERED = (
              "gpu/swa_hold_quick_cuda", "gpu/swa_hold_production_cuda",
              "gpu/2026-12-01/swa_hold_quick_cuda", "gpu/2026-12-01/swa_hold_production_cuda")
     + _cases("seed_table.report", "to_markdown", "seed_table", "seed_table_980k")
+    + _cases("trace_replay.report", "to_markdown", "trace_replay_15min",
+             "trace_replay_10min_speed2", "trace_replay_10min_speed05",
+             "trace_replay_hour_islands_010", "trace_replay_hour_speed2")
     + _cases("soak.report", "to_markdown",
              "soak_30min", "soak_30min_main", "soak_30min_main_window", "soak_quick_off",
              "soak_quick_main_hicache", "soak_quick_main_hicache_held2", "soak_quick_main_ngram",
