@@ -36,7 +36,7 @@ RENDERED = (
            "prefix_reuse_quick_main_islands", "prefix_reuse_quick_main_islands_auto",
            "prefix_reuse_quick_main_islands_repeat", "prefix_reuse_quick_main_window",
            "prefix_reuse_quick_main_window_queued", "prefix_reuse_quick_main_window_touch",
-           "prefix_reuse_quick_main_gemma4", "prefix_reuse_quick_main_gemma4_ngram",
+           "prefix_reuse_quick_main_gemma4", "prefix_reuse_quick_main_gemma4_ngram", "prefix_reuse_quick_main_ngram",
            "prefix_reuse_quick_main_hicache",
            "prefix_reuse_quick_main_hicache_gemma4",
            *(f"prefix_reuse_repeats_main_hicache{x}/r{k}"
