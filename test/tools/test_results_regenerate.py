@@ -76,6 +76,7 @@ RENDERED = (
     + _cases("trace_replay.report", "to_markdown", "trace_replay_15min",
              "trace_replay_10min_speed2", "trace_replay_10min_speed05",
              "trace_replay_hour_islands_010", "trace_replay_hour_speed2")
+    + _cases("trace_server.report", "to_markdown", "trace_server")
     + _cases("soak.report", "to_markdown",
              "soak_30min", "soak_30min_main", "soak_30min_main_window", "soak_quick_off",
              "soak_quick_main_hicache", "soak_quick_main_hicache_held2", "soak_quick_main_ngram",
