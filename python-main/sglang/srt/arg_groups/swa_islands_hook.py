@@ -1,12 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Server-argument resolution for SWA islands (``--enable-swa-islands``) on UnifiedRadixCache.
+"""Server-argument checks for SWA islands (``--enable-swa-islands``).
 
-Islands run in ``SWAIslandUnifiedRadixCache``, which the default cache chain builds in place of
-``UnifiedRadixCache`` for a hybrid sliding-window model. Every flag combination that builds
-another cache, or a ``UnifiedRadixCache`` whose insert path islands do not cover, is refused here,
-before any model is loaded, with the reason (:func:`swa_islands_conflict`); what only the model
-decides (hybrid SWA or not, Mamba layers) is checked when the cache is built. The refused
-combinations and why: docs/MAIN_DESIGN.md, "Feature by feature".
+Refuses, before any model is loaded, every flag combination that builds another cache
+or a ``UnifiedRadixCache`` whose insert path islands do not cover. The combinations and
+why: docs/MAIN_DESIGN.md, "Feature by feature".
 """
 
 from __future__ import annotations
@@ -21,37 +18,42 @@ from sglang.srt.mem_cache.swa_island_formulas import EVICTION_ORDERS, RECLAIM_PO
 logger = logging.getLogger(__name__)
 
 FLAG = "--enable-swa-islands"
-# Main's own switch for the commit-time free; under the flag --swa-islands-reclaim decides it.
+# Main's switch for the commit-time free; --swa-islands-reclaim replaces it.
 FREE_OUT_OF_WINDOW_ENV = "SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS"
 
 
 def swa_islands_conflict(cfg: Any, environ: Mapping[str, str]) -> Optional[str]:
-    """Why islands cannot run with this configuration, or None. ``cfg`` reads server arguments
-    by name (a resolving view, or any object with those attributes)."""
-    # PD first: handle_pd_disaggregation has already resolved --disable-radix-cache on a
-    # decode server, a flag the operator never gave.
+    """Why islands cannot run with the server arguments ``cfg``, or None."""
+    # PD first: a decode server has --disable-radix-cache set by PD, not the operator.
     if cfg.disaggregation_mode == "decode":
         return (
-            "--disaggregation-mode decode builds a disabled UnifiedRadixCache on the decode "
-            "server (host-pool retraction), or with --disaggregation-decode-enable-radix-cache "
-            "one that reuses only full-attention KV and receives the SWA window fresh from "
-            "the prefill server; islands cover neither"
+            "--disaggregation-mode decode builds a disabled UnifiedRadixCache on the "
+            "decode server (host-pool retraction), or with "
+            "--disaggregation-decode-enable-radix-cache one that reuses only "
+            "full-attention KV and receives the SWA window fresh from the prefill "
+            "server; islands cover neither"
         )
     if cfg.disaggregation_mode == "prefill":
         return (
-            "--disaggregation-mode prefill sends each request's KV to a decode server (its "
-            "last SWA window after the last chunk commit, read while the request is locked "
-            "until the transfer ends); islands on that path are not verified with any "
-            "transfer backend"
+            "--disaggregation-mode prefill sends each request's KV to a decode server "
+            "(its last SWA window after the last chunk commit, read while the request "
+            "is locked until the transfer ends); islands on that path are not verified "
+            "with any transfer backend"
         )
     if cfg.disable_radix_cache:
-        return "--disable-radix-cache builds a cache without a radix tree to keep islands in"
+        return (
+            "--disable-radix-cache builds a cache without a radix tree to keep "
+            "islands in"
+        )
     if cfg.disable_hybrid_swa_memory:
-        return "--disable-hybrid-swa-memory keeps one pool for all layers; there is no SWA pool to free"
+        return (
+            "--disable-hybrid-swa-memory keeps one pool for all layers; there is no "
+            "SWA pool to free"
+        )
     if cfg.radix_cache_backend is not None:
         return (
-            f"--radix-cache-backend={cfg.radix_cache_backend!r} replaces the default cache "
-            "chain; islands exist only in the default UnifiedRadixCache"
+            f"--radix-cache-backend={cfg.radix_cache_backend!r} replaces the default "
+            "cache chain; islands exist only in the default UnifiedRadixCache"
         )
     if cfg.enable_hierarchical_cache:
         reason = hicache_conflict(cfg)
@@ -78,7 +80,8 @@ def swa_islands_conflict(cfg: Any, environ: Mapping[str, str]) -> Optional[str]:
         (
             "--enable-unified-memory",
             cfg.enable_unified_memory,
-            "splits one buffer between pools dynamically; the island pool floor assumes a fixed SWA pool",
+            "splits one buffer between pools dynamically; the island pool floor "
+            "assumes a fixed SWA pool",
         ),
         (
             "--enable-decoder-swa-bounded-replay",
@@ -90,32 +93,29 @@ def swa_islands_conflict(cfg: Any, environ: Mapping[str, str]) -> Optional[str]:
             return f"{flag} {what}"
     if FREE_OUT_OF_WINDOW_ENV in environ:
         return (
-            f"{FREE_OUT_OF_WINDOW_ENV} is set; under {FLAG} --swa-islands-reclaim decides what "
-            f"is freed at a commit (unset {FREE_OUT_OF_WINDOW_ENV})"
+            f"{FREE_OUT_OF_WINDOW_ENV} is set; under {FLAG} --swa-islands-reclaim "
+            f"decides what is freed at a commit (unset {FREE_OUT_OF_WINDOW_ENV})"
         )
     return None
 
 
 def hicache_conflict(cfg: Any) -> Optional[str]:
-    """Why islands cannot run with this HiCache configuration, or None. Covered: a host tier
-    (``--hicache-host-memory-mode cache``) under either write policy, with either eviction order
-    (``lru`` on either tree core, ``window`` on the Python one)."""
+    """Why islands cannot run with this HiCache configuration, or None."""
     if cfg.hicache_storage_backend is not None:
         return (
-            f"with --hicache-storage-backend {cfg.hicache_storage_backend} adds an L3 store "
-            "whose SWA prefetch and backup islands are not verified with"
+            f"with --hicache-storage-backend {cfg.hicache_storage_backend} adds an L3 "
+            "store whose SWA prefetch and backup islands are not verified with"
         )
     if cfg.hicache_host_memory_mode != "cache":
         return (
-            f"with --hicache-host-memory-mode {cfg.hicache_host_memory_mode} stages SWA "
-            "through a buffer pipeline islands are not verified with"
+            f"with --hicache-host-memory-mode {cfg.hicache_host_memory_mode} stages "
+            "SWA through a buffer pipeline islands are not verified with"
         )
     return None
 
 
 def _declared_defaults() -> Dict[str, Any]:
-    """The declared default of each server argument, by field name (``ServerArgs`` is a
-    ``msgspec`` struct: its public field API)."""
+    """The declared default of each ``ServerArgs`` field (a ``msgspec`` struct)."""
     import msgspec
 
     from sglang.srt.server_args import ServerArgs
@@ -126,9 +126,8 @@ def _declared_defaults() -> Dict[str, Any]:
 def handle_swa_islands(
     server_args: Any, environ: Optional[Mapping[str, str]] = None
 ) -> None:
-    """Refuse an island configuration the island path does not cover; without the flag, say
-    that its settings are ignored (a rollback drops the flag and may leave them in place).
-    """
+    """Refuse an island configuration islands do not cover; without the flag, warn
+    that island settings are ignored."""
     cfg = resolving_view(server_args)
     if not cfg.enable_swa_islands:
         defaults = _declared_defaults()

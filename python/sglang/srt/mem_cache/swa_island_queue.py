@@ -16,13 +16,10 @@ limitations under the License.
 """
 
 """
-Queued hits, defined once for both targets of the series (0.5.15.post1's ``SWAIslandRadixCache``
-and 0.5.23's ``SWAIslandUnifiedRadixCache`` with ``--swa-islands-eviction window``): the match end
-each waiting request would hit, kept until the request's first commit so that SWA eviction takes
-queued hits' windows last, and where each request would continue, so that a commit moves the
-queued hits that continue along its path. Standard library only; a node is any tree node with
-``parent`` and a ``key`` whose ``child_key(page_size)`` names the edge to it (``TreeNode`` on
-0.5.15, ``UnifiedTreeNode`` on 0.5.23).
+Queued hits, shared by both targets (the ``window`` eviction order on 0.5.23): the
+match end each waiting request would hit, kept until its first commit so that
+eviction takes those windows last. Standard library only; a node needs ``parent``
+and ``key.child_key(page_size)``.
 """
 
 import weakref
@@ -45,14 +42,8 @@ Node = Any
 
 
 class QueuedHits:
-    """Queued hits: the match end each waiting request would hit, by request (weakly: a request
-    dropped from the queue drops its entry), in arrival order; an update keeps the request's
-    place. ``node in hits.nodes`` and ``len(hits.nodes)`` (distinct match ends, the root left
-    out) cost O(1); ``on_released(node)`` runs when no queued request hits ``node`` any more.
-
-    Entries of requests that were garbage-collected leave at the next :meth:`reap` (each update
-    and :meth:`reap` itself), so the set a caller reads does not change under it.
-    """
+    """The match end of each waiting request, in arrival order (requests held weakly).
+    ``on_released(node)``: no request hits ``node`` any more."""
 
     def __init__(self, root: Node, on_released: Callable[[Node], None]):
         self._root = root
@@ -105,15 +96,12 @@ class QueuedHits:
                 self._release(node)
 
     def in_order(self) -> List[Node]:
-        """Distinct match ends in arrival order of their first request, the root left out."""
+        """Distinct match ends by their first request's arrival, root left out."""
         return [n for n in dict.fromkeys(self._hit.values()) if n is not self._root]
 
     def latest_first(self) -> Iterator[Node]:
-        """:meth:`in_order` reversed, lazily: the requests are walked from the latest one back,
-        and a match end is given at its first request, once every later request of its has been
-        passed (O(1) per request passed, so a caller that stops after ``k`` ends pays for the
-        requests queued after the ``k``-th end's first one, not for the queue). The hits must not
-        change while it runs (no update, no :meth:`reap`)."""
+        """:meth:`in_order` reversed, lazily: O(1) per request passed. The hits must not
+        change while it runs."""
         left: Dict[Node, int] = {}  # node -> its requests not yet passed
         for node in reversed(self._hit.values()):
             n = left.get(node, self._count[node]) - 1
@@ -132,7 +120,7 @@ class QueuedHits:
 
 
 class _HitNodes:
-    """Read-only view: the match ends of queued hits (the root left out)."""
+    """Read-only view of the queued hits' match ends (the root left out)."""
 
     __slots__ = ("_count", "_root")
 
@@ -151,25 +139,19 @@ class _HitNodes:
 
 
 class QueuedHitIndex:
-    """Queued hits (``hits``) and, per hit node, the waiting requests by the child key of their
-    next page (``edge``: the key the tree files that page under; in arrival order, so a refresh
-    runs the same on every rank and every run). A request dropped from the queue, or
-    garbage-collected while queued, leaves both. Node and request references are weak: the index
-    keeps neither alive. ``on_released(node)``: no queued request hits ``node`` any more.
-    """
+    """Queued hits (``hits``) and, per hit node, the waiting requests by ``edge``,
+    the child key of their next page, in arrival order. References are weak."""
 
     def __init__(self, root: Node, on_released: Callable[[Node], None]):
         self.hits = QueuedHits(root, on_released)
         self._root = root
         # node -> {edge -> {req: None}}: who waits at node to continue on edge
         self._at: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-        self._edge: "weakref.WeakKeyDictionary" = (
-            weakref.WeakKeyDictionary()
-        )  # req -> (node, edge)
+        # req -> (node, edge)
+        self._edge: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
     def set(self, req: "Req", node: Node, edge: Optional[Hashable]) -> None:
-        """``req`` would hit ``node`` and continue on ``edge`` (None: no full page follows the
-        hit); an update keeps the request's place in arrival order."""
+        """``req`` would hit ``node`` and continue on ``edge`` (None: no full page)."""
         self._unindex(req)
         self.hits.set(req, node)
         if edge is not None:
@@ -178,14 +160,13 @@ class QueuedHitIndex:
             self._edge[req] = (node, edge)
 
     def drop(self, req: "Req") -> None:
-        """``req`` left the queue (its first commit, its release): its hit is no longer kept."""
+        """``req`` left the queue (first commit or release)."""
         self._unindex(req)
         self.hits.drop(req)
 
     def continuing(self, last_node: Node, page_size: int) -> List["Req"]:
-        """The waiting requests whose hit is on the path root..``last_node`` and whose next page
-        is the path's next node, root first: two dict lookups per node of the path (nothing
-        when no request waits on an edge)."""
+        """Waiting requests whose hit is on the path to ``last_node`` and whose next
+        page is the path's next node, root first. Two dict lookups per path node."""
         if not self._at:
             return []
         path, node = [], last_node

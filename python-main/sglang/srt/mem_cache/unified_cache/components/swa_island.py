@@ -1,15 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Window-aware SWA eviction for the island cache (Python tree core).
 
-``SWAIslandComponent`` is ``SWAComponent`` whose device eviction goes by class
-(``swa_island_formulas.CLASSES``): cold SWA, then retention windows, then upstream's
-LRU walk over all but queued hits' windows, then those (latest request first). Device
-SWA locks take one page-rounded window. With a host tier, each match or insert end's
-window is split off and is what a write-through backup takes of SWA.
-
-Invariant: while cold SWA remains, no window that ends a match point is evicted; a pass
-costs what was filed since the last one, not what the cache keeps. Units are tokens.
-Design: docs/MAIN_DESIGN.md, "The window order".
+``SWAIslandComponent`` is ``SWAComponent`` whose device eviction goes by eviction
+class (``swa_island_formulas.CLASSES``): cold SWA, then retention windows, then
+upstream's LRU walk over all but queued hits' windows, then those. Device SWA locks
+take one page-rounded window. Invariant: while cold SWA remains, no window that ends
+a match is evicted. Units are tokens. Design and glossary: docs/MAIN_DESIGN.md.
 """
 
 from __future__ import annotations
@@ -62,38 +58,28 @@ if TYPE_CHECKING:
     from sglang.srt.mem_cache.unified_radix_cache import NodeId, UnifiedRadixCache
 
 MATCH_END_KEY = "island_match_end"
-"""SWA ``metadata`` key of a match-end stamp: the end's category (``RETENTION`` or ``WINDOW``)."""
+"""SWA ``metadata`` key: the node's match-end category (RETENTION or WINDOW)."""
 TOUCH_KEY = "island_touch"
-"""SWA ``metadata`` key of a node's touch: its recency in the SWA LRU list (higher: more recent)."""
+"""SWA ``metadata`` key: the node's recency in the device LRU list (higher: newer)."""
 
 
 class SWAIslandComponent(SWAComponent):
-    """``SWAComponent`` whose device eviction goes by class: cold SWA, then retention windows,
-    then the other windows in upstream's LRU order, then queued hits' (see the module docstring).
-    ``queued``: the waiting requests' queued hits, which the island cache keeps."""
+    """``SWAComponent`` evicting by class; ``queued``: the waiting requests' hits."""
 
     def __init__(self, cache: UnifiedRadixCache, params: CacheInitParams) -> None:
         super().__init__(cache, params)
+        # Per eviction call: LRU walk position, tokens to free, walk done, queued left.
         self._walk_cursor = None
-        self._walk_tokens = 0  # tokens the current eviction call frees
-        self._walk_done = (
-            False  # this call's walk over everything but queued hits met its end
-        )
-        self._queued_walk: Optional[Iterator] = (
-            None  # this call's queued hits left, latest first
-        )
+        self._walk_tokens = 0
+        self._walk_done = False
+        self._queued_walk: Optional[Iterator] = None
         self._clock = 0  # the last touch given
         self._candidates = self._no_candidates()
-        self.queued: Optional[QueuedHitIndex] = (
-            None  # made with the list, at every reset
-        )
+        self.queued: Optional[QueuedHitIndex] = None  # rebuilt with the LRU list
 
     @property
     def window_span(self) -> int:
-        """Tokens behind a match or insert end that its window covers: the contiguous live SWA
-        upstream's match validator needs, or with a host tier what a backup of the end takes
-        (:attr:`_host_backup_span`, a page more), so that the device gives that span up as one
-        and it enters the host tier's LRU list as one."""
+        """An end's window in tokens; with a host tier, the backup span."""
         if self.tree_core is not None and self.tree_core.has_swa_host_pool:
             return self._host_backup_span
         return self.sliding_window_size
@@ -107,12 +93,9 @@ class SWAIslandComponent(SWAComponent):
         component_types: tuple[ComponentType, ...],
         is_referenced: Optional[Callable[[UnifiedTreeNode], bool]] = None,
     ) -> UnifiedLRUList:
-        """The tree core's SWA device list (at every reset): a ``CandidateLRUList`` that touches
-        and files as ``COLD`` candidates what it adds; the candidates and the queued hits start
-        over with it."""
+        """The device LRU list (at every reset); candidates and queued hits restart."""
         self._candidates = self._no_candidates()
-        # A hit's end is a match end (the match that made it stamped it, ``MATCH_END``), so when
-        # no request hits it any more its window stays ``WINDOW``: no candidate to file again.
+        # A queued hit's end keeps its MATCH_END stamp after release: nothing to re-add.
         self.queued = QueuedHitIndex(
             self.tree_core.root_node, on_released=lambda node: None
         )
@@ -127,8 +110,7 @@ class SWAIslandComponent(SWAComponent):
         return node.component_data[self.component_type].metadata.get(TOUCH_KEY, 0)
 
     def _on_add(self, beside: Optional[UnifiedTreeNode], node: UnifiedTreeNode) -> None:
-        """The SWA list added ``node``: a new touch at a most recently used end (``beside`` None),
-        else the touch of ``beside``, the node it went after."""
+        """Stamp the added ``node``'s touch (``beside``'s or new); add it as COLD."""
         if beside is None:
             self._clock += 1
             touch = self._clock
@@ -138,8 +120,7 @@ class SWAIslandComponent(SWAComponent):
         self._file(COLD, node)
 
     def _is_window_end(self, node: UnifiedTreeNode) -> bool:
-        """Whether ``node`` is a ``WINDOW`` end itself (a leaf, a junction, a node a match ended
-        at), so that its class is at least ``WINDOW`` without a walk. O(1)."""
+        """Whether ``node`` is a WINDOW end: a leaf, a junction or a match end. O(1)."""
         return (
             len(node.children) != 1
             or node.component_data[self.component_type].metadata.get(
@@ -149,10 +130,8 @@ class SWAIslandComponent(SWAComponent):
         )
 
     def _file(self, cls: int, node: UnifiedTreeNode) -> None:
-        """File ``node`` as a candidate of ``cls`` at its touch."""
+        """Add ``node`` to the ``cls`` candidates at its touch."""
         self._candidates[cls].file(node, self._touch_of(node))
-
-    # ---- match ends -----------------------------------------------------------------------------
 
     def refresh_lru(
         self,
@@ -160,8 +139,7 @@ class SWAIslandComponent(SWAComponent):
         node: UnifiedTreeNode,
         root_node: UnifiedTreeNode,
     ) -> None:
-        """Upstream's window-bounded recency, then stamp ``node`` as a match end: ``WINDOW`` at a
-        match end, ``RETENTION`` at an insert end (a node keeps its highest stamp)."""
+        """Upstream's refresh; stamp ``node`` WINDOW (match) or RETENTION (insert)."""
         super().refresh_lru(phase, node, root_node)
         if node is root_node or phase is LRURefreshPhase.WALKDOWN:
             return
@@ -170,31 +148,21 @@ class SWAIslandComponent(SWAComponent):
         if metadata.get(MATCH_END_KEY, COLD) < category:
             metadata[MATCH_END_KEY] = category
         if self.tree_core.has_swa_host_pool:
-            # before the insert's write-through walks the window: it backs up whole nodes
+            # Before the insert's write-through, which backs up whole nodes.
             self._split_window_start(node, self._host_backup_span)
             self._refresh_host_window(node)
         self._settle_window(node, WINDOW if self._is_window_end(node) else RETENTION)
 
     def _refresh_host_window(self, end: UnifiedTreeNode) -> None:
-        """Move the host-only SWA of ``end``'s window (its span, :attr:`_host_backup_span`) to the
-        most recently used end of the host LRU list, as upstream's refresh moves the device SWA:
-        a hit on the host keeps its window there while its request waits (matched again at each
-        admission try), where upstream's host list keeps tombstoning order. Host-locked nodes are
-        not in the list and stay out. At most ``span / p`` node steps."""
+        """Move the host-only SWA in ``end``'s backup span to the host list's MRU."""
         host_lru = self.tree_core.host_lru_lists[self.component_type]
         host_lru.reset_node_and_window_ancestors_mru(
             end, self.tree_core.root_node, self._host_backup_span, host_lru.in_list
         )
 
     def _settle_window(self, end: UnifiedTreeNode, category: int) -> None:
-        """Refile the live nodes in the window of the match end ``end`` (``end`` and its
-        single-child ancestors less than ``w`` tokens above its end, as :meth:`eviction_class`
-        walks), whose class is at least ``category`` now: a ``WINDOW`` end takes them out of the
-        candidates (no pass before the windows' needs them), a ``RETENTION`` end moves their
-        ``COLD`` filings to ``RETENTION``. The node the window begins inside keeps its filing:
-        its head is cold (:meth:`_cold_head`). Paid by the match or insert that stamped ``end``, at
-        most ``w / p`` node steps, where upstream's refresh walked the same nodes; without it the
-        next eviction pops each of them and classifies it."""
+        """Remove the candidates in ``end``'s window (WINDOW), or move its COLD ones to
+        RETENTION; a node with a cold head stays. O(w / p), as upstream's refresh."""
         ct, root = self.component_type, self.tree_core.root_node
         lru, cold, retention = (
             self.tree_core.lru_lists[ct],
@@ -204,7 +172,7 @@ class SWAIslandComponent(SWAComponent):
         cur, above = end, 0  # above: tokens from cur's end down to end's end
         while cur.component_data[ct].value is not None and lru.in_list(cur):
             if not self._settles_with(above, len(cur.key)):
-                return  # above the window, or a cold head above its start: it stays filed
+                return  # past the window, or a node with a cold head
             if category >= WINDOW:
                 cold.unfile(cur.id)
                 retention.unfile(cur.id)
@@ -217,33 +185,23 @@ class SWAIslandComponent(SWAComponent):
                 return
 
     def _settles_with(self, above: int, length: int) -> bool:
-        """Whether a live node of ``length`` tokens whose end lies ``above`` tokens above a match
-        end's end (single-child live SWA between) takes its filing from that end's window: it is
-        inside the window (page-rounded) and has no cold head above the window's start (a node
-        with one stays a ``COLD`` candidate, so that a pass splits the head off)."""
+        """Whether a node ending ``above`` tokens over an end lies in its window and
+        has no cold head."""
         page = self.tree_core.page_size
         need = -(-(self.window_span - above) // page) * page
         return need > 0 and not self._has_cold_head(length, need)
 
     def eviction_class(self, node: "UnifiedTreeNode") -> int:
-        """The class of the live node ``node``: the highest category of the match ends whose
-        windows cover it, ``COLD`` when none does. At most ``w / p`` node steps."""
+        """The highest category of the ends whose window holds ``node``, else COLD."""
         return self._cover(node, QUEUED)[0]
 
     def _cover(self, node: "UnifiedTreeNode", cls: int) -> tuple:
-        """``(eviction class, covered tail)`` of the live node ``node``, in one walk down its
-        window (at most ``w / p`` node steps): the class as :meth:`eviction_class` gives it, and
-        the tokens at the end of ``node`` that the windows of the match ends of a category above
-        ``cls`` need: ``w`` less the distance from ``node``'s end down to the nearest such end,
-        at most all of ``node``, 0 when none covers it."""
+        """``(class, tail)`` of ``node``; ``tail``: its last tokens that the nearest end
+        of a category above ``cls`` needs in its window, 0 if none. O(w / p)."""
         ct, queued, span = self.component_type, self.queued.hits.nodes, self.window_span
         any_queued = len(queued) > 0
-        node_class, tail, cur, below = (
-            COLD,
-            0,
-            node,
-            0,
-        )  # below: node's end to cur's end
+        # below: tokens from node's end down to cur's end
+        node_class, tail, cur, below = COLD, 0, node, 0
         while True:
             children = cur.children
             if any_queued and cur in queued:
@@ -252,16 +210,12 @@ class SWAIslandComponent(SWAComponent):
                 category = WINDOW
             else:
                 category = cur.component_data[ct].metadata.get(MATCH_END_KEY, COLD)
-            if (
-                category > cls and not tail
-            ):  # the nearest end above cls: below < w, so tail > 0
+            if category > cls and not tail:  # the nearest: below < w, so tail > 0
                 tail = min(len(node.key), span - below)
             node_class = max(node_class, category)
             if category == QUEUED or len(children) != 1:
                 return node_class, tail
-            if (
-                category >= WINDOW and not any_queued
-            ):  # nothing below can be a queued hit
+            if category >= WINDOW and not any_queued:  # no queued hit below
                 return node_class, tail
             (child,) = children.values()
             below += len(child.key)
@@ -269,12 +223,9 @@ class SWAIslandComponent(SWAComponent):
                 return node_class, tail
             cur = child
 
-    # ---- host backups ---------------------------------------------------------------------------
-
     @functools.cached_property
     def _host_backup_span(self) -> int:
-        """Tokens of SWA a host backup of an end takes behind it (``host_backup_tokens``); read
-        once the tree core is attached, constant after (the window and the page are)."""
+        """SWA tokens a host backup of an end takes: ``host_backup_tokens``."""
         return host_backup_tokens(
             self.sliding_window_size + 1, self.tree_core.page_size
         )
@@ -282,15 +233,8 @@ class SWAIslandComponent(SWAComponent):
     def _collect_unbacked_swa_nodes(
         self, node: UnifiedTreeNode
     ) -> list[UnifiedTreeNode]:
-        """The live SWA without a host copy that ``node``'s backup takes, deepest first: the
-        nodes from ``node`` up that lie in the span (``host_backup_tokens``) behind the nearest
-        match or insert end at or below ``node``, and in the window ``node``'s own SWA lock
-        covers (upstream locks each node of a write-through chain until its ack, one window up,
-        in whole nodes); none when no end's span reaches ``node``. Upstream takes that window
-        behind every node of a chain: cold SWA stays live below the frontier here (``lazy``), so
-        the host would hold cold chunks. A chain backs up ancestors first and a walk stops at a
-        node whose backup is pending, so each node of the chain takes its own part of the span.
-        An end's span begins at a node boundary (:meth:`refresh_lru` splits there)."""
+        """Device-only SWA nodes ``node``'s backup takes, deepest first: only those in
+        the backup span of an end at or below ``node`` and in its lock's window."""
         ct, root = self.component_type, self.tree_core.root_node
         if not self.tree_core.has_swa_host_pool or node is root:
             return []
@@ -299,7 +243,7 @@ class SWAIslandComponent(SWAComponent):
         )
         covered, unbacked, cur = 0, [], node
         while cur is not root and covered < rest:
-            if cur.write_through_pending_id is not None:  # its backup carries the rest
+            if cur.write_through_pending_id is not None:  # its backup takes the rest
                 break
             cd = cur.component_data[ct]
             value = cd.value if cd.value is not None else cd.host_value
@@ -312,9 +256,7 @@ class SWAIslandComponent(SWAComponent):
         return unbacked
 
     def _below_to_end(self, node: UnifiedTreeNode) -> int:
-        """Tokens from ``node``'s end down to the end of the nearest match or insert end at or
-        below it (``node`` itself: 0), along its single-child chain; ``host_backup_tokens`` when
-        none is nearer. At most ``host_backup_tokens / p`` node steps."""
+        """Tokens from ``node`` down to the nearest end at or below it (<= span)."""
         ct, span = self.component_type, self._host_backup_span
         below, cur = 0, node
         while below < span:
@@ -327,15 +269,13 @@ class SWAIslandComponent(SWAComponent):
             below += len(cur.key)
         return span
 
-    # ---- device eviction ------------------------------------------------------------------------
-
     def _evict_device_start(self, request_cnt: int) -> None:
         super()._evict_device_start(request_cnt)
         self._walk_tokens = request_cnt  # tokens this call frees
         self._walk_cursor = None  # upstream's walk of this call: not started
         self._walk_done = False
         self._queued_walk = None
-        self.queued.hits.reap()  # waiting requests garbage-collected since: not queued any more
+        self.queued.hits.reap()  # drop requests garbage-collected while queued
 
     def _evict_device_next_node(
         self,
@@ -344,13 +284,8 @@ class SWAIslandComponent(SWAComponent):
         host_frees: dict[ComponentType, list[torch.Tensor]],
         cache_actions: list[CacheAction | ComponentAction],
     ) -> NodeId | InternalStateBackup | None:
-        """One upstream step at the next victim: the oldest ``COLD`` candidate of class ``COLD``,
-        else the oldest ``RETENTION`` candidate of class ``RETENTION``, else the next node of
-        upstream's walk from the LRU tail that is not ``QUEUED`` (resumed where this call's last
-        walk step left it), else the latest queued hit's end, else upstream's own walk. Candidates
-        come first at every step, so what a window's eviction uncovers goes before the next
-        window; a queued hit's eviction restarts the walk, since what it uncovered may be another
-        match end's window, which goes before the next queued hit."""
+        """One upstream step at the oldest COLD candidate, else RETENTION candidate,
+        else the next non-QUEUED node of the LRU walk, else the latest queued hit."""
         if (
             self.tree_core.enable_session_radix_cache
             or tracker[self.component_type] >= self._walk_tokens
@@ -358,7 +293,7 @@ class SWAIslandComponent(SWAComponent):
             return super()._evict_device_next_node(
                 tracker, device_frees, host_frees, cache_actions
             )
-        # a candidate victim is an internal node (leaves are WINDOW): upstream's step tombstones it
+        # A candidate is an internal node (leaves are WINDOW): the step tombstones it.
         victim = self._pop_candidate(COLD) or self._pop_candidate(RETENTION)
         if victim is not None:
             self._evict_device_cursor = victim
@@ -392,13 +327,7 @@ class SWAIslandComponent(SWAComponent):
         )
 
     def _next_queued_victim(self) -> Optional["UnifiedTreeNode"]:
-        """The end of the latest queued hit not yet taken in this call that is live and
-        unlocked (None when none is): evicting it breaks that hit's window, whose other nodes
-        are then candidates (``_file_above``). One walk of the queue per call that gets this far,
-        from the latest request back (``QueuedHits.latest_first``), resumed at each step: O(1)
-        per waiting request it passes. The hits do not change under it: they change only
-        between eviction calls, and each call starts a new walk (``_evict_device_start``).
-        """
+        """The latest queued hit's end not yet taken, live and unlocked, or None."""
         if self._queued_walk is None:
             self._queued_walk = self.queued.hits.latest_first()
         ct, lru = self.component_type, self.tree_core.lru_lists[self.component_type]
@@ -408,9 +337,8 @@ class SWAIslandComponent(SWAComponent):
         return None
 
     def spendable_queued_hits(self, limit: int, visits: int) -> int:
-        """Distinct queued hits whose window admission could still spend (the end node live and
-        SWA-unlocked), counted up to ``limit``, visiting at most ``visits`` hits (earliest
-        queued first): O(visits)."""
+        """Distinct queued hits with a live, SWA-unlocked end, up to ``limit``, among
+        the first ``visits`` hits (earliest queued first). O(visits)."""
         ct, count = self.component_type, 0
         if limit <= 0:
             return 0
@@ -424,9 +352,7 @@ class SWAIslandComponent(SWAComponent):
         return count
 
     def _pop_candidate(self, cls: int) -> Optional["UnifiedTreeNode"]:
-        """The oldest candidate of ``cls`` whose class is at most ``cls``; the candidates met
-        before it are refiled (``RETENTION``) or dropped (covered better, locked, gone).
-        """
+        """The oldest ``cls`` candidate of class <= ``cls``, or its cold head."""
         ct, candidates = self.component_type, self._candidates[cls]
         lru = self.tree_core.lru_lists[ct]
         while candidates:
@@ -436,7 +362,7 @@ class SWAIslandComponent(SWAComponent):
                 or not lru.in_list(node)
                 or node.component_data[ct].lock_ref > 0
             ):
-                continue  # gone, or locked: an unlock files it again
+                continue  # gone, or locked (its unlock adds it again)
             node_class, tail = self._cover(node, cls)
             if node_class <= cls:
                 return node
@@ -448,11 +374,8 @@ class SWAIslandComponent(SWAComponent):
         return None
 
     def _cold_head(self, node: UnifiedTreeNode, tail: int) -> Optional[UnifiedTreeNode]:
-        """The head of the live node ``node`` before its last ``tail`` tokens (a window of an end
-        above the pass's class needs them, :meth:`_cover`; page-rounded up here), split off as a
-        node of its own (``node`` keeps the tail, its stamps and filings), or None if that head is
-        shorter than a window (:meth:`_has_cold_head`). The head's class is at most the pass's:
-        the nearest end above it is at least ``w`` tokens below the head's end."""
+        """Split ``node`` before its last ``tail`` tokens (page-rounded); the head, or
+        None if shorter than a window. ``node`` keeps its stamps and entries."""
         page = self.tree_core.page_size
         tail = -(-tail // page) * page
         if not self._has_cold_head(len(node.key), tail):
@@ -461,13 +384,8 @@ class SWAIslandComponent(SWAComponent):
         return self.cache.split_node(node, len(node.key) - tail)
 
     def _has_cold_head(self, length: int, tail: int) -> bool:
-        """Whether a live node of ``length`` tokens whose last ``tail`` a window needs has a head
-        worth a split: at least one window. A shorter head stays with its window (a split would
-        free less than a window); upstream caps a new leaf at one window, so most nodes a
-        window begins inside are a few pages longer than it."""
+        """Whether the head before the last ``tail`` tokens is at least a window."""
         return length - tail >= self.window_span
-
-    # ---- one-window locks -------------------------------------------------------------------------
 
     def acquire_component_lock(
         self,
@@ -475,9 +393,7 @@ class SWAIslandComponent(SWAComponent):
         result: IncLockRefResult,
         lock_host: bool = False,
     ) -> IncLockRefResult:
-        """Upstream's device lock of the segment that covers the trailing window, split off first
-        (:meth:`_split_window_start`): the lock takes one page-rounded window of live SWA
-        (``window_lock_tokens``), not the whole node the window ends in."""
+        """Upstream's lock, split to one window first (``window_lock_tokens``)."""
         if not lock_host:
             self._split_window_start(
                 node,
@@ -486,9 +402,7 @@ class SWAIslandComponent(SWAComponent):
         return super().acquire_component_lock(node, result, lock_host)
 
     def _split_window_start(self, node: UnifiedTreeNode, need: int) -> None:
-        """Split the live node in which the ``need`` tokens ending at ``node``'s end begin, so
-        that the part of it they cover is a node of its own. Page-aligned: node keys are whole
-        pages and ``need`` is. At most ``need / p`` node steps."""
+        """Split the live node where the ``need`` tokens up to ``node`` begin."""
         ct, root = self.component_type, self.tree_core.root_node
         covered, cur = 0, node
         while cur is not root and covered < need:
@@ -499,8 +413,6 @@ class SWAIslandComponent(SWAComponent):
             covered += length
             cur = cur.parent
 
-    # ---- what can lower a class: evictions and unlocks file their neighbourhood ------------------
-
     def evict_component(
         self,
         node: UnifiedTreeNode,
@@ -509,9 +421,8 @@ class SWAIslandComponent(SWAComponent):
         cache_actions: list[CacheAction | ComponentAction],
         target: EvictLayer = EvictLayer.DEVICE,
     ) -> tuple[int, int]:
-        # Tombstoning a COLD node changes no other node's class: every end whose window could run
-        # through it is at least ``w`` tokens below it (a leaf, deleted with its SWA, is WINDOW:
-        # a window end is never COLD, known without the walk).
+        # Tombstoning a COLD node changes no other class: every end whose window
+        # could reach it is >= w below it. A leaf is WINDOW without the walk.
         keeps_classes = (
             EvictLayer.DEVICE in target
             and not self._is_window_end(node)
@@ -525,11 +436,7 @@ class SWAIslandComponent(SWAComponent):
         return out
 
     def _file_above(self, node: UnifiedTreeNode) -> None:
-        """File the live nodes up to ``w`` tokens above ``node`` as ``COLD`` candidates: ``node``
-        lost its SWA (or is being deleted), so their windows may have run through it, and a parent
-        may stop being a junction. A tombstone ends the walk: no device window runs through it
-        (a window through a host-backed one is on the host, backed up with its end), and its own
-        deletion, if upstream deletes it, files what lies above it."""
+        """Add the live nodes up to ``w`` above ``node`` as COLD candidates."""
         ct, root = self.component_type, self.tree_core.root_node
         lru = self.tree_core.lru_lists[ct]
         live, cur = 0, node.parent
@@ -553,8 +460,7 @@ class SWAIslandComponent(SWAComponent):
         cache_actions: list[CacheAction | ComponentAction],
     ) -> None:
         if is_new_leaf:
-            # its parent may have been a leaf, a match end by being one; before upstream's commit,
-            # which may split the new leaf under a parent whose SWA is stamped later
+            # The parent may have been a leaf; before upstream may split the new leaf.
             self._file_above(node)
         super().commit_insert_component_data(
             node, is_new_leaf, params, result, cache_actions
@@ -584,16 +490,11 @@ class SWAIslandComponent(SWAComponent):
         self._file_unlocked(node)
 
     def _file_unlocked(self, node: UnifiedTreeNode) -> None:
-        """File the nodes an SWA lock release at ``node`` may have unlocked (the lock's segment:
-        up to one window and a page above ``node``) by the window of ``node`` (the lock's end,
-        a match or insert end): inside the window of a ``WINDOW`` end none (no pass before the
-        windows' needs them), inside a ``RETENTION`` end's as ``RETENTION`` candidates, the rest
-        as ``COLD`` ones; inside is :meth:`_settles_with`, as for :meth:`_settle_window`. A node
-        filed below its class costs a pass one pop; none is left unfiled below it."""
+        """Add the nodes an SWA unlock at ``node`` frees up, by ``node``'s window."""
         ct, root = self.component_type, self.tree_core.root_node
         lru = self.tree_core.lru_lists[ct]
         cold = self._candidates[COLD]
-        category = COLD  # of node's window over cur; COLD from a tombstone up (the window ends)
+        category = COLD  # of node's window over cur; COLD past a tombstone
         if node is not root and node.component_data[ct].value is not None:
             category = (
                 WINDOW
@@ -616,14 +517,8 @@ class SWAIslandComponent(SWAComponent):
             covered += len(cur.key)
             cur = cur.parent
 
-    # ---- checks ---------------------------------------------------------------------------------
-
     def check_candidates(self) -> None:
-        """The index invariants (tests, O(tree)): every live, unlocked node of the SWA list whose
-        class is ``COLD`` is a ``COLD`` candidate, and one of class ``RETENTION`` a candidate of
-        either; touches never decrease from the list's least to its most recently used end; each
-        heap holds one entry per filed node, and no more than twice as many entries plus 64.
-        """
+        """Assert the candidate index invariants (tests only, O(tree))."""
         ct = self.component_type
         self.queued.hits.reap()
         for candidates in self._candidates.values():

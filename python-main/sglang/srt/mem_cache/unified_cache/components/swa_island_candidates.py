@@ -1,9 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The candidate index of the window eviction order (``swa_island.SWAIslandComponent``).
-
-``CandidateLRUList`` is upstream's device LRU list that reports every node it adds
-(``UnifiedLRUList.on_node_added``); ``Candidates`` is one eviction class's candidates, least
-recently touched first, O(log n) per filing.
+"""Eviction candidates of the window order (``swa_island.SWAIslandComponent``): a
+device LRU list that reports each node it adds, and one heap per eviction class.
 """
 
 from __future__ import annotations
@@ -21,11 +18,8 @@ if TYPE_CHECKING:
 
 
 class CandidateLRUList(UnifiedLRUList):
-    """Upstream's device LRU list that tells ``on_add(beside, new_node)`` every node it adds
-    (``insert_mru``, ``insert_after``, the moves of ``reset_*_mru``): ``beside`` is the node of
-    the list it went after, None when it went to a most recently used end (after the head or a
-    partition sentinel). Its walk-cursor sentinels are not nodes of the list and are not told.
-    """
+    """Device LRU list calling ``on_add(beside, new_node)`` for each node it adds;
+    ``beside``: the node it went after, None at an MRU end."""
 
     def __init__(
         self,
@@ -46,15 +40,11 @@ class CandidateLRUList(UnifiedLRUList):
 
 
 class Candidates:
-    """The candidates of one class: the filed nodes, least recently touched first. One filing per
-    node (a node filed again at a newer touch moves; ``unfile`` takes a filing back); a heap of
-    (touch, filing number, node id, weak reference) entries in which an entry that is not its
-    node's filing any more is stale, skipped when popped and dropped when stale entries
-    outnumber the filings (O(log n) per filing, amortized).
-    """
+    """One class's candidates, oldest touch first, O(log n) per add: a heap whose
+    stale entries are skipped, and dropped once they outnumber the live ones."""
 
     def __init__(self):
-        self.filed: dict = {}  # node id -> (touch, filing number, weak reference)
+        self.filed: dict = {}  # node id -> (touch, number, weakref)
         self.heap: list = []
         self._filings = itertools.count()
 
@@ -70,7 +60,7 @@ class Candidates:
         self._drop_stale()
 
     def unfile(self, node_id: NodeId) -> None:
-        """Take ``node_id``'s filing back, if it has one (its heap entry goes stale)."""
+        """Remove ``node_id`` if present (its heap entry goes stale)."""
         if self.filed.pop(node_id, None) is not None:
             self._drop_stale()
 
@@ -85,8 +75,7 @@ class Candidates:
             heapq.heapify(self.heap)
 
     def pop(self) -> Optional[UnifiedTreeNode]:
-        """The least recently touched filed node (None if it is gone), unfiled; raises
-        ``IndexError`` when nothing is filed."""
+        """Remove and return the oldest node (None if gone); ``IndexError`` if empty."""
         while True:
             _, number, node_id, ref = heapq.heappop(self.heap)
             if self._live(number, node_id):
@@ -97,7 +86,7 @@ class Candidates:
         return bool(self.filed)
 
     def check(self) -> None:
-        """One heap entry per filing; stale entries bounded (tests)."""
+        """One live heap entry per node; stale entries bounded (tests)."""
         live = sum(1 for _, n, node_id, _ in self.heap if self._live(n, node_id))
         assert live == len(
             self.filed
